@@ -1,0 +1,93 @@
+#include "core/env.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <charconv>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+
+#include "core/error.h"
+
+namespace minfer {
+namespace {
+
+// The table. Keep it sorted by name; every MINFER_* variable read anywhere must be here.
+constexpr std::array kTable = {
+    EnvVar{"MINFER_CACHE_TYPE", "", "KV cache format when --cache-type is not given: f32, f16 or q8_0"},
+    EnvVar{"MINFER_CUDA_FAIL_LAUNCH", "",
+           "test only: make the CUDA launch whose site name matches this value fail (failure injection)"},
+    EnvVar{"MINFER_DISABLE_CUDA", "0", "1: behave as if no CUDA device were present"},
+    EnvVar{"MINFER_LOG", "info", "log level: error, warn, info, debug"},
+    EnvVar{"MINFER_NO_CUDA_GRAPH", "0", "1: never capture or replay CUDA graphs (direct launches only)"},
+    EnvVar{"MINFER_NO_PREFILL_CAPTURE", "0", "1: capture only decode-shaped (1-token) graphs"},
+    EnvVar{"MINFER_SHARED_DIR", "", "tests: where ../shared (fixtures, models) lives, when not beside the checkout"},
+    EnvVar{"MINFER_SIMD", "auto", "CPU kernel level: auto, scalar, avx2, avx512 (never above what the CPU has)"},
+    EnvVar{"MINFER_THREADS", "", "default thread count for CPU work (default: the number of cores)"},
+};
+
+struct Cache {
+  std::mutex mu;
+  std::map<std::string, std::string, std::less<>> values;
+};
+
+Cache& cache() {
+  static Cache c;
+  return c;
+}
+
+const EnvVar& row(std::string_view name) {
+  for (const auto& v : kTable)
+    if (name == v.name) return v;
+  throw Error(fmt::format("internal error: environment variable {} is not in the env table "
+                          "(src/core/env.cpp)", name));
+}
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+}  // namespace
+
+std::span<const EnvVar> env_table() { return kTable; }
+
+const std::string& env_string(std::string_view name) {
+  const EnvVar& r = row(name);
+  Cache& c = cache();
+  std::lock_guard lock(c.mu);
+  auto it = c.values.find(name);
+  if (it == c.values.end()) {
+    const char* v = std::getenv(r.name);
+    it = c.values.emplace(std::string(name), v ? std::string(v) : std::string(r.default_value))
+             .first;
+  }
+  return it->second;
+}
+
+bool env_flag(std::string_view name) {
+  const std::string v = lower(env_string(name));
+  if (v == "1" || v == "true" || v == "yes" || v == "on") return true;
+  if (v.empty() || v == "0" || v == "false" || v == "no" || v == "off") return false;
+  fail("environment variable {}={} is not a boolean (use 1 or 0)", name, env_string(name));
+}
+
+int64_t env_int(std::string_view name, int64_t fallback) {
+  const std::string& v = env_string(name);
+  if (v.empty()) return fallback;
+  int64_t out = 0;
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  if (ec != std::errc() || p != v.data() + v.size())
+    fail("environment variable {}={} is not an integer", name, v);
+  return out;
+}
+
+void env_reload() {
+  Cache& c = cache();
+  std::lock_guard lock(c.mu);
+  c.values.clear();
+}
+
+}  // namespace minfer

@@ -1,0 +1,97 @@
+#include "core/thread_pool.h"
+
+#include <algorithm>
+
+#include "core/env.h"
+#include "core/error.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define MINFER_CPU_RELAX() _mm_pause()
+#else
+#define MINFER_CPU_RELAX() ((void)0)
+#endif
+
+namespace minfer {
+namespace {
+// Spin iterations before sleeping: ~tens of microseconds, enough to bridge two back-to-back ops.
+constexpr int kSpinIterations = 20000;
+}  // namespace
+
+ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads) {
+  check(n_threads >= 1 && n_threads <= 1024, "thread count {} is out of range (1..1024)", n_threads);
+  workers_.reserve(static_cast<size_t>(n_threads - 1));
+  for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  stop_.store(true);
+  generation_.fetch_add(1);
+  generation_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::run(const std::function<void(int)>& job) {
+  if (n_threads_ == 1) {
+    job(0);
+    return;
+  }
+  job_ = &job;
+  error_ = nullptr;
+  remaining_.store(n_threads_ - 1, std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_release);
+  generation_.notify_all();
+  try {
+    job(0);
+  } catch (...) {
+    std::lock_guard lock(error_mu_);
+    if (!error_) error_ = std::current_exception();
+  }
+  int spins = 0;
+  for (;;) {
+    const int left = remaining_.load(std::memory_order_acquire);
+    if (left == 0) break;
+    if (++spins < kSpinIterations) {
+      MINFER_CPU_RELAX();
+    } else {
+      remaining_.wait(left, std::memory_order_acquire);
+    }
+  }
+  job_ = nullptr;
+  if (error_) std::rethrow_exception(error_);
+}
+
+void ThreadPool::worker_loop(int index) {
+  // Start from the generation the pool was built with (0), not from a fresh load: a run()
+  // issued before this thread first looks must still be seen as new work.
+  uint32_t seen = 0;
+  for (;;) {
+    int spins = 0;
+    uint32_t now;
+    while ((now = generation_.load(std::memory_order_acquire)) == seen) {
+      if (++spins < kSpinIterations) {
+        MINFER_CPU_RELAX();
+      } else {
+        generation_.wait(seen, std::memory_order_acquire);
+      }
+    }
+    seen = now;
+    if (stop_.load()) return;
+    try {
+      (*job_)(index);
+    } catch (...) {
+      std::lock_guard lock(error_mu_);
+      if (!error_) error_ = std::current_exception();
+    }
+    if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) remaining_.notify_one();
+  }
+}
+
+int default_thread_count() {
+  const int64_t v = env_int("MINFER_THREADS", 0);
+  if (v > 0) return static_cast<int>(std::min<int64_t>(v, 1024));
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw == 0 ? 1 : static_cast<int>(hw);
+}
+
+}  // namespace minfer

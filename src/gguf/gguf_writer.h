@@ -1,0 +1,74 @@
+// GGUF v3 writer. Metadata and tensor infos are collected in memory; tensor data is produced by
+// a callback at write time, one tensor at a time, so multi-gigabyte models are written with
+// bounded memory. The output is written to "<path>.tmp" and renamed on success, so a failed
+// write never leaves a truncated file under the final name. The layout follows the GGUF spec and
+// llama.cpp's conventions (general.alignment 32 unless set, data offsets aligned).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/types.h"
+#include "gguf/gguf.h"
+
+namespace minfer::gguf {
+
+class GgufWriter {
+ public:
+  /// Fills `dst` (exactly the tensor's byte size) with the tensor's data.
+  using Producer = std::function<void(uint8_t* dst, size_t nbytes)>;
+
+  // Metadata setters. Setting a key twice replaces the value (keys stay unique).
+  void set_u8(std::string_view key, uint8_t v);
+  void set_u32(std::string_view key, uint32_t v);
+  void set_i32(std::string_view key, int32_t v);
+  void set_u64(std::string_view key, uint64_t v);
+  void set_f32(std::string_view key, float v);
+  void set_bool(std::string_view key, bool v);
+  void set_string(std::string_view key, std::string_view v);
+  void set_string_array(std::string_view key, std::span<const std::string_view> v);
+  void set_string_array(std::string_view key, const std::vector<std::string>& v);
+  void set_i32_array(std::string_view key, std::span<const int32_t> v);
+  void set_f32_array(std::string_view key, std::span<const float> v);
+  /// Copies a value read from another file (any type, arrays included).
+  void set_value(std::string_view key, const Value& v);
+  void remove(std::string_view key);
+
+  /// Adds a tensor. `ne` in ggml order (ne[0] contiguous), 1..4 dims. The byte size is computed
+  /// from the type's block layout; ne[0] must be a multiple of the block size (minfer::Error
+  /// naming the tensor otherwise). Duplicate names are an error.
+  void add_tensor(std::string_view name, TensorType type, std::span<const int64_t> ne,
+                  Producer producer);
+  /// Convenience: copy `bytes` as the tensor's data (size must match).
+  void add_tensor_bytes(std::string_view name, TensorType type, std::span<const int64_t> ne,
+                        std::span<const uint8_t> bytes);
+
+  /// Writes the file. `on_tensor(index, name, nbytes)` is called after each tensor's data is
+  /// written (for progress). Throws minfer::Error naming the path on I/O failure.
+  void write(const std::string& path,
+             const std::function<void(size_t, std::string_view, uint64_t)>& on_tensor = {}) const;
+
+  struct PendingTensor {
+    std::string name;
+    TensorType type;
+    std::vector<int64_t> ne;
+    uint64_t nbytes;
+    Producer producer;
+  };
+  struct PendingKV {
+    std::string key;
+    ValueType type;
+    std::vector<uint8_t> payload;  ///< serialized value (without the key and type tag)
+  };
+
+ private:
+  void put(std::string_view key, ValueType type, std::vector<uint8_t> payload);
+  std::vector<PendingKV> kvs_;
+  std::vector<PendingTensor> tensors_;
+};
+
+}  // namespace minfer::gguf
