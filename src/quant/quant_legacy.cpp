@@ -219,7 +219,7 @@ int quantize_block_q8(TensorType type, int64_t block, const float* x, uint16_t* 
                       int8_t* qs, float* d_out) {
   check_finite(type, x, kQK, block * kQK);
   float amax = 0.0f;
-  for (int j = 0; j < kQK; ++j) amax = std::fmax(amax, std::fabs(x[j]));
+  for (int j = 0; j < kQK; ++j) amax = std::fabs(x[j]) > amax ? std::fabs(x[j]) : amax;
   const float d = amax / 127.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   *d_half = half_field(type, block, "d", d);
