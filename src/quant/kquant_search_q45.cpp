@@ -85,8 +85,8 @@ Affine fit_sub_block(const float* x, int nmax) {
   uint8_t q[kSub];
   Affine best;
   double best_err = std::numeric_limits<double>::infinity();
-  for (int k = -10; k <= 10; ++k) {  // inverse scales around nmax / range
-    const float iscale = (static_cast<float>(nmax) + 0.1f * static_cast<float>(k)) / (hi - lo);
+  for (int k = -3; k <= 3; ++k) {  // inverse scales around nmax / range
+    const float iscale = (static_cast<float>(nmax) + 0.3f * static_cast<float>(k)) / (hi - lo);
     for (int i = 0; i < kSub; ++i)
       q[i] = static_cast<uint8_t>(round_even_clamped((x[i] - lo) * iscale, 0, nmax));
     const Affine f = fit_levels(x, q, kSub);
@@ -143,10 +143,12 @@ void refine_integers(const float* x, int nmax, const Affine fits[kNumSub], State
     const int sc_cand[4] = {sc0, sc0 - 1, sc0 + 1, s.sc[j]};
     const int m_cand[4] = {m0, m0 - 1, m0 + 1, s.m[j]};
     double best = std::numeric_limits<double>::infinity();
-    for (int sc : sc_cand) {
-      if (sc < 0 || sc > kScaleMax) continue;
-      for (int m : m_cand) {
-        if (m < 0 || m > kScaleMax) continue;
+    for (int a = 0; a < 4; ++a) {
+      const int sc = sc_cand[a];
+      if (sc < 0 || sc > kScaleMax || (a == 3 && sc >= sc0 - 1 && sc <= sc0 + 1)) continue;
+      for (int c = 0; c < 4; ++c) {
+        const int m = m_cand[c];
+        if (m < 0 || m > kScaleMax || (c == 3 && m >= m0 - 1 && m <= m0 + 1)) continue;
         const double err = requantize(x + kSub * j, kSub, effective(s.d, s.dmin, sc, m), nmax, q);
         if (err < best) {
           best = err;
@@ -218,22 +220,27 @@ State search_super_block(TensorType type, int64_t block, const float* x, int nma
   }
   requantize_all(x, nmax, cur);
   State best = cur;
-  for (int it = 0; it < 3; ++it) {
+  for (int it = 0; it < 2; ++it) {
     refine_integers(x, nmax, fits, cur);
     if (cur.err < best.err) best = cur;
     double d, dmin;
     if (!fit_super_scales(x, cur, &d, &dmin)) break;
     const uint16_t dh = fp32_to_fp16(static_cast<float>(d));
     const uint16_t mh = fp32_to_fp16(static_cast<float>(dmin));
+    // The half values around the fit: d first (dmin at its nearest half), then dmin.
     State trial = cur;
     State round_best;
+    trial.dmin = mh;
     for (int kd = -1; kd <= 1; ++kd) {
-      for (int km = -1; km <= 1; ++km) {
-        trial.d = half_neighbor(dh, kd);
-        trial.dmin = half_neighbor(mh, km);
-        requantize_all(x, nmax, trial);
-        if (trial.err < round_best.err) round_best = trial;
-      }
+      trial.d = half_neighbor(dh, kd);
+      requantize_all(x, nmax, trial);
+      if (trial.err < round_best.err) round_best = trial;
+    }
+    trial.d = round_best.d;
+    for (int km = -1; km <= 1; km += 2) {
+      trial.dmin = half_neighbor(mh, km);
+      requantize_all(x, nmax, trial);
+      if (trial.err < round_best.err) round_best = trial;
     }
     const bool improved = round_best.err < best.err;
     cur = round_best;

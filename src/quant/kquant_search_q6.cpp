@@ -65,8 +65,8 @@ float fit_sub_block(const float* x) {
   double best_err = std::numeric_limits<double>::infinity();
   // The largest element lands near level -32 (extra level on its side) or near +31.
   for (const float target : {-32.0f, 31.0f}) {
-    for (int k = -6; k <= 6; ++k) {
-      const float level = target + (target < 0 ? -0.1f : 0.1f) * static_cast<float>(k);
+    for (int k = -2; k <= 2; ++k) {
+      const float level = target + (target < 0 ? -0.3f : 0.3f) * static_cast<float>(k);
       const float iscale = level / xm;
       for (int i = 0; i < kSub; ++i)
         l[i] = static_cast<int8_t>(round_even_clamped(x[i] * iscale, kLevelMin, kLevelMax));
@@ -78,13 +78,11 @@ float fit_sub_block(const float* x) {
       }
     }
   }
-  for (int it = 0; it < 4; ++it) {  // Lloyd: levels for the scale, scale for the levels
+  {  // one Lloyd step: levels for the scale, scale for the levels
     requantize(x, kSub, best, l);
     const float s = fit_levels(x, l, kSub);
     const double err = requantize(x, kSub, s, l);
-    if (!(err < best_err)) break;
-    best_err = err;
-    best = s;
+    if (err < best_err) best = s;
   }
   return best;
 }
@@ -136,7 +134,7 @@ State refine(const float* x, const float fits[kNumSub], State cur) {
     cur.sc[g] = static_cast<int8_t>(nearest_int_scale(fits[g], fp16_to_fp32(cur.d)));
   requantize_all(x, cur);
   State best = cur;
-  for (int it = 0; it < 3; ++it) {
+  for (int it = 0; it < 2; ++it) {
     refine_integers(x, fits, cur);
     if (cur.err < best.err) best = cur;
     double aa = 0, ax = 0;  // y = d * (sc l): least-squares d

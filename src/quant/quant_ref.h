@@ -10,9 +10,11 @@
 //   block size B". Blocks are laid out back to back (blocks.h), elements in row order.
 // - Packed rows need the alignment of their block struct (2 bytes, 4 for Q8_K).
 // - Quantizers reject a row they cannot encode with minfer::Error naming the type, the element
-//   or block and the value: a NaN or infinite element (quantized types only; F16/BF16 convert it),
-//   or a block whose half-precision scale would overflow (|x| beyond about 65504 times the
-//   type's largest quantized magnitude). Nothing is clamped silently.
+//   or block and the value: a NaN or infinite element (block types; F16/BF16 convert it the IEEE
+//   way, values beyond 65504 becoming +-inf in F16), or a block whose half-precision scale or
+//   min would overflow (|x| beyond about 65504 times the type's largest level). The one field
+//   allowed to saturate is Q8_1's `s` (half of the block sum, +-inf beyond 65504, as in ggml);
+//   no minfer kernel reads it.
 //
 // Dequantization is bit-exact with ggml (ggml-quants.c dequantize_row_*): one fp16 -> f32
 // conversion per scale, then f32 multiplies/adds in ggml's order, e.g. Q4_K
