@@ -5,6 +5,10 @@
 // Dot products pair a weight row with an activation row quantized to the weight type's
 // `vec_dot_type`: Q8_0 for Q4_0/Q5_0/Q8_0, Q8_1 for Q4_1/Q5_1, Q8_K for the K-quants, and the
 // type itself for F16/BF16 (F32 pairs with F32).
+//
+// The reference kernels, what is bit-exact with ggml, the errors they throw and the exact
+// accumulation order of the dot products (which SIMD and CUDA kernels are tested against) are
+// documented in quant_ref.h; docs/quant.md gives the overview and the measured quantizer error.
 #pragma once
 
 #include <cstddef>
@@ -38,8 +42,9 @@ const TypeTraits* find_type_traits(TensorType type);
 /// Like find_type_traits but throws minfer::Error "tensor type X is not supported" when absent.
 const TypeTraits& type_traits(TensorType type);
 
-/// Bytes of one row of `n` elements. Throws minfer::Error when `n` is not a multiple of the
-/// block size or the type is unsupported.
+/// Bytes of one row of `n` elements. Throws minfer::Error naming the row length and the type
+/// when `n` is negative, not a multiple of the block size, or the byte count overflows size_t,
+/// and "tensor type X is not supported" for a type without traits.
 size_t row_bytes(TensorType type, int64_t n);
 
 /// Block size / bytes per block for any GGUF type ggml defines (including types minfer cannot
