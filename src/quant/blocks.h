@@ -5,7 +5,7 @@
 // Layouts are ggml's, as stored in GGUF files (ggml/src/ggml-common.h at llama.cpp 80fb11ac:
 // block_q4_0 ... block_q8_K; the table in ../shared/fixtures/quant/README.md). All fields are
 // little-endian; `uint16_t` fields named d/m/s/dmin hold IEEE binary16 ("half") bit patterns,
-// converted with core/fp16.h. Every struct has alignment 1 or 2 (4 for block_q8_k) and no
+// converted with core/fp16.h. Every struct has alignment 1 or 2 (4 for block_q8_K) and no
 // padding, which the static_asserts below check, so an array of blocks can be read in place from
 // a (suitably aligned) mapped file.
 #pragma once

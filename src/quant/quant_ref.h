@@ -84,16 +84,17 @@ void dequantize_row_q5_0(const void* src, float* dst, int64_t n);
 void dequantize_row_q5_1(const void* src, float* dst, int64_t n);
 void dequantize_row_q8_0(const void* src, float* dst, int64_t n);
 void dequantize_row_q8_1(const void* src, float* dst, int64_t n);
-/// Q4_0: d = x_m / -8 where x_m is the element of largest magnitude (first one on ties);
-/// q = min(15, trunc(x / d + 8.5)). ggml quantize_row_q4_0_ref.
+/// Q4_0: d = x_m / -8 where x_m is the element of largest magnitude (first one on ties),
+/// id = 1 / d (0 when d = 0), q = min(15, trunc(x * id + 8.5)), each step one f32 operation.
+/// ggml quantize_row_q4_0_ref; the other legacy quantizers follow their _ref the same way.
 void quantize_row_q4_0(const float* src, void* dst, int64_t n);
-/// Q4_1: d = (max - min) / 15, m = min, q = min(15, trunc((x - min) / d + 0.5)).
+/// Q4_1: d = (max - min) / 15, m = min, q = min(15, trunc((x - min) * id + 0.5)).
 void quantize_row_q4_1(const float* src, void* dst, int64_t n);
-/// Q5_0: d = x_m / -16, q = min(31, trunc(x / d + 16.5)).
+/// Q5_0: d = x_m / -16, q = min(31, trunc(x * id + 16.5)).
 void quantize_row_q5_0(const float* src, void* dst, int64_t n);
-/// Q5_1: d = (max - min) / 31, m = min, q = trunc((x - min) / d + 0.5).
+/// Q5_1: d = (max - min) / 31, m = min, q = trunc((x - min) * id + 0.5).
 void quantize_row_q5_1(const float* src, void* dst, int64_t n);
-/// Q8_0: d = max|x| / 127, q = roundf(x / d) (ties away from zero).
+/// Q8_0: d = max|x| / 127, q = roundf(x * id) (ties away from zero).
 void quantize_row_q8_0(const float* src, void* dst, int64_t n);
 /// Q8_1: as Q8_0, plus s = half(sum(q) * d) with d before rounding to half.
 void quantize_row_q8_1(const float* src, void* dst, int64_t n);
