@@ -16,6 +16,9 @@
 namespace minfer::ref {
 namespace {
 
+/// Rounds of step 3 (integers, then super-block scale); more rounds changed the RMSE by < 0.1%.
+constexpr int kRefineRounds = 2;
+
 using quant_detail::blocks_in_row;
 using quant_detail::check_finite;
 using quant_detail::half_field;
@@ -220,7 +223,7 @@ State search_super_block(TensorType type, int64_t block, const float* x, int nma
   }
   requantize_all(x, nmax, cur);
   State best = cur;
-  for (int it = 0; it < 2; ++it) {
+  for (int pass = 0; pass < kRefineRounds; ++pass) {
     refine_integers(x, nmax, fits, cur);
     if (cur.err < best.err) best = cur;
     double d, dmin;
@@ -242,10 +245,8 @@ State search_super_block(TensorType type, int64_t block, const float* x, int nma
       requantize_all(x, nmax, trial);
       if (trial.err < round_best.err) round_best = trial;
     }
-    const bool improved = round_best.err < best.err;
     cur = round_best;
-    if (improved) best = cur;
-    if (!improved && it > 0) break;
+    if (cur.err < best.err) best = cur;
   }
   return best;
 }
