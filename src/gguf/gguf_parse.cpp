@@ -204,11 +204,11 @@ void GgufFile::parse() {
   const uint64_t n_kv = cur.read<uint64_t>([] { return std::string("header (kv_count)"); });
   check(n_kv <= cur.remaining() / kMinKvBytes,
         "{}: header kv_count {} is impossible: the {} bytes after the header hold at most {} "
-        "key/values",
+        "key/values (truncated file or corrupt header)",
         path, n_kv, cur.remaining(), cur.remaining() / kMinKvBytes);
   check(n_tensors <= cur.remaining() / kMinTensorInfoBytes,
         "{}: header tensor_count {} is impossible: the {} bytes after the header hold at most {} "
-        "tensor infos",
+        "tensor infos (truncated file or corrupt header)",
         path, n_tensors, cur.remaining(), cur.remaining() / kMinTensorInfoBytes);
 
   // ---- metadata ----------------------------------------------------------------------------

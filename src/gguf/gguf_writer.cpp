@@ -285,7 +285,9 @@ void GgufWriter::write(const std::string& path,
 
   TmpFile out(path);
   out.write(meta.data(), meta.size());
-  out.pad_to(alignment);
+  // No tensors, no data section: nothing to align (gguf-py writes vocab-only files this way;
+  // llama.cpp's reader does not look for padding when tensor_count is 0).
+  if (!tensors_.empty()) out.pad_to(alignment);
   const uint64_t data_start = out.written();
   std::vector<uint8_t> buf(static_cast<size_t>(max_bytes));
   uint64_t expected_offset = 0;
