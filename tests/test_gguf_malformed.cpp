@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "gguf_test_util.h"
 
@@ -126,6 +127,50 @@ TEST(GgufMalformed, ImpossibleCountsFailFastNamingTheCount) {
   b = base_bytes();
   poke<uint64_t>(b, value_pos(b, "kv.ints") + 4, b.size());
   EXPECT_CONTAINS(open_error(b), "'kv.ints'");
+}
+
+/// A sparse file of `size` bytes (zeros after `head`): large files without the disk use.
+std::filesystem::path sparse_file(const std::vector<uint8_t>& head, uint64_t size) {
+  const auto path = test::temp_dir() / "sparse.gguf";
+  {
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(head.data()), static_cast<std::streamsize>(head.size()));
+  }
+  std::filesystem::resize_file(path, size);
+  return path;
+}
+
+std::string file_error(const std::filesystem::path& path) {
+  try {
+    GgufFile::open(path.string());
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an error";
+  return "";
+}
+
+TEST(GgufMalformed, CountsAboveTheSanityLimitsAreErrorsEvenWhenTheFileIsLargeEnough) {
+  // Zeros would parse as empty strings; the limits stop a large (here sparse) file from turning
+  // into gigabytes of views.
+  std::vector<uint8_t> head{'G', 'G', 'U', 'F', 3, 0, 0, 0};
+  head.resize(24);
+  poke<uint64_t>(head, kKvCountPos, kMaxKeyValues + 1);
+  EXPECT_CONTAINS(file_error(sparse_file(head, 64u << 20)),
+                  "kv_count 1048577 exceeds the limit of 1048576");
+  poke<uint64_t>(head, kKvCountPos, 0);
+  poke<uint64_t>(head, kTensorCountPos, kMaxTensors + 1);
+  EXPECT_CONTAINS(file_error(sparse_file(head, 64u << 20)),
+                  "tensor_count 1048577 exceeds the limit of 1048576");
+  // One key "s" holding an array of 2^24 + 1 strings (the file could hold 2^24 + 1 empty ones).
+  poke<uint64_t>(head, kTensorCountPos, 0);
+  poke<uint64_t>(head, kKvCountPos, 1);
+  const uint8_t kv[] = {1, 0, 0, 0, 0, 0, 0, 0, 's', 9, 0, 0, 0, 8, 0, 0, 0};
+  head.insert(head.end(), std::begin(kv), std::end(kv));
+  head.resize(head.size() + 8);
+  poke<uint64_t>(head, head.size() - 8, kMaxStringArrayElements + 1);
+  EXPECT_CONTAINS(file_error(sparse_file(head, 256u << 20)),
+                  "key 's': array of 16777217 strings exceeds the limit of 16777216 strings");
 }
 
 TEST(GgufMalformed, TruncatedTensorInfoNamesTheTensor) {

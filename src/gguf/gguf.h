@@ -44,6 +44,15 @@ inline constexpr size_t kMaxTensorNameBytes = 63;
 inline constexpr uint64_t kDefaultAlignment = 32;
 inline constexpr uint64_t kMaxAlignment = uint64_t{1} << 24;
 
+/// minfer's sanity limits on counts (beyond any real model, far below what would exhaust
+/// memory): the reader rejects a file exceeding one with a minfer::Error naming the count.
+/// Counts are also checked against the bytes left in the file; these limits matter for large
+/// (or sparse) files whose zeros would parse as millions of empty strings, each of which costs
+/// a 16-byte view. Real files: ~50 keys, ~1000 tensors, ~300k-800k strings (vocab + merges).
+inline constexpr uint64_t kMaxKeyValues = uint64_t{1} << 20;
+inline constexpr uint64_t kMaxTensors = uint64_t{1} << 20;
+inline constexpr uint64_t kMaxStringArrayElements = uint64_t{1} << 24;  ///< all arrays together
+
 /// One metadata value. Scalars are widened into u/i/f/b; a string is a view into the file;
 /// an array keeps its element type, count, and either a pointer to its packed little-endian
 /// elements in the file (numeric/bool arrays) or views of its strings. Arrays of arrays are

@@ -12,6 +12,7 @@
 // Every read is bounds-checked against the image before it happens, and every count is checked
 // against the bytes that remain before anything is allocated for it, so a hostile header cannot
 // make the parser allocate more than a small multiple of the file's own size.
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <string>
@@ -36,6 +37,14 @@ namespace {
 // offset (8).
 constexpr uint64_t kMinKvBytes = 8 + 1 + 4 + 1;
 constexpr uint64_t kMinTensorInfoBytes = 8 + 1 + 4 + 8 + 4 + 8;
+
+/// Capacity to reserve for `count` items read from the file. A count is only checked against
+/// the bytes that remain, and a large file could pass that check with a count whose container
+/// needs many times the file's size, so reserve at most `cap` up front and let the container
+/// grow as items are actually read: memory then follows the bytes parsed, not the header.
+size_t reserve_for(uint64_t count, size_t cap) {
+  return static_cast<size_t>(std::min<uint64_t>(count, cap));
+}
 
 bool is_valid_value_type(uint32_t t) { return t <= static_cast<uint32_t>(ValueType::F64); }
 
@@ -133,7 +142,8 @@ void read_scalar(Cursor& cur, ValueType type, Value& v, const std::string& path,
   }
 }
 
-void read_array(Cursor& cur, Value& v, const std::string& path, std::string_view key) {
+void read_array(Cursor& cur, Value& v, const std::string& path, std::string_view key,
+                uint64_t* strings_left) {
   const uint32_t et = cur.read<uint32_t>(
       [&] { return fmt::format("element type of array key {}", quoted(key)); });
   check(is_valid_value_type(et), "{}: metadata key {}: unknown array element type {}", path,
@@ -149,7 +159,12 @@ void read_array(Cursor& cur, Value& v, const std::string& path, std::string_view
     check(v.count <= cur.remaining() / 8,
           "{}: metadata key {}: array of {} strings cannot fit in the {} bytes left in the file",
           path, quoted(key), v.count, cur.remaining());
-    v.strings.reserve(static_cast<size_t>(v.count));
+    check(v.count <= *strings_left,
+          "{}: metadata key {}: array of {} strings exceeds the limit of {} strings in all "
+          "string arrays of a file",
+          path, quoted(key), v.count, kMaxStringArrayElements);
+    *strings_left -= v.count;
+    v.strings.reserve(reserve_for(v.count, size_t{1} << 20));
     for (uint64_t k = 0; k < v.count; ++k)
       v.strings.push_back(cur.read_string(
           [&] { return fmt::format("element {} of string array key {}", k, quoted(key)); }));
@@ -210,11 +225,16 @@ void GgufFile::parse() {
         "{}: header tensor_count {} is impossible: the {} bytes after the header hold at most {} "
         "tensor infos (truncated file or corrupt header)",
         path, n_tensors, cur.remaining(), cur.remaining() / kMinTensorInfoBytes);
+  check(n_kv <= kMaxKeyValues, "{}: header kv_count {} exceeds the limit of {} key/values", path,
+        n_kv, kMaxKeyValues);
+  check(n_tensors <= kMaxTensors, "{}: header tensor_count {} exceeds the limit of {} tensors",
+        path, n_tensors, kMaxTensors);
 
   // ---- metadata ----------------------------------------------------------------------------
-  kvs_.reserve(static_cast<size_t>(n_kv));
+  kvs_.reserve(reserve_for(n_kv, 4096));
+  uint64_t strings_left = kMaxStringArrayElements;
   std::unordered_set<std::string_view> keys;
-  keys.reserve(static_cast<size_t>(n_kv));
+  keys.reserve(reserve_for(n_kv, 4096));
   for (uint64_t i = 0; i < n_kv; ++i) {
     const std::string_view key = cur.read_string([&] { return fmt::format("key #{}", i); });
     check(!key.empty(), "{}: metadata key #{} is empty", path, i);
@@ -227,7 +247,7 @@ void GgufFile::parse() {
     kv.key = std::string(key);
     kv.value.type = static_cast<ValueType>(t);
     if (kv.value.type == ValueType::ARRAY)
-      read_array(cur, kv.value, path, key);
+      read_array(cur, kv.value, path, key, &strings_left);
     else
       read_scalar(cur, kv.value.type, kv.value, path, key);
     kvs_.push_back(std::move(kv));
@@ -245,9 +265,9 @@ void GgufFile::parse() {
   }
 
   // ---- tensor infos ------------------------------------------------------------------------
-  tensors_.reserve(static_cast<size_t>(n_tensors));
+  tensors_.reserve(reserve_for(n_tensors, 4096));
   std::unordered_set<std::string_view> names;
-  names.reserve(static_cast<size_t>(n_tensors));
+  names.reserve(reserve_for(n_tensors, 4096));
   for (uint64_t i = 0; i < n_tensors; ++i) {
     const std::string_view name =
         cur.read_string([&] { return fmt::format("name of tensor #{}", i); });
