@@ -8,3 +8,9 @@ jobs=$(nproc)
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DMINFER_WERROR=ON
 cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure -j"$jobs"
+
+# Fuzz the GGUF reader for a minute when clang is installed (docs/fuzzing.md); a finding fails
+# the script.
+if command -v clang++-14 >/dev/null 2>&1 || command -v clang++ >/dev/null 2>&1; then
+  scripts/fuzz.sh 60
+fi

@@ -14,7 +14,7 @@ struct TypeName {
 };
 
 // Names as ggml prints them (ggml.c type_traits[].type_name).
-constexpr std::array<TypeName, 32> kNames{{
+constexpr std::array<TypeName, 35> kNames{{
     {TensorType::F32, "f32"},         {TensorType::F16, "f16"},
     {TensorType::Q4_0, "q4_0"},       {TensorType::Q4_1, "q4_1"},
     {TensorType::Q5_0, "q5_0"},       {TensorType::Q5_1, "q5_1"},
@@ -31,6 +31,8 @@ constexpr std::array<TypeName, 32> kNames{{
     {TensorType::F64, "f64"},         {TensorType::IQ1_M, "iq1_m"},
     {TensorType::BF16, "bf16"},       {TensorType::TQ1_0, "tq1_0"},
     {TensorType::TQ2_0, "tq2_0"},     {TensorType::MXFP4, "mxfp4"},
+    {TensorType::NVFP4, "nvfp4"},     {TensorType::Q1_0, "q1_0"},
+    {TensorType::Q2_0, "q2_0"},
 }};
 
 bool iequal(std::string_view a, std::string_view b) {

@@ -43,6 +43,9 @@ enum class TensorType : uint32_t {
   TQ1_0 = 34,
   TQ2_0 = 35,
   MXFP4 = 39,
+  NVFP4 = 40,
+  Q1_0 = 41,
+  Q2_0 = 42,
 };
 
 /// ggml's name for a type ("f32", "q4_K", ...), or "type#N" for a value ggml never defined.

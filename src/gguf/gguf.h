@@ -27,8 +27,31 @@ enum class ValueType : uint32_t {
   ARRAY = 9, U64 = 10, I64 = 11, F64 = 12,
 };
 
-/// "u8", "string", "array", ...
+/// "u8", "string", "array", ... ("type#N" for a value the spec does not define).
 std::string_view value_type_name(ValueType t);
+
+/// Bytes of one packed scalar of type `t` (U8: 1 ... F64: 8, BOOL: 1); 0 for STRING and ARRAY,
+/// whose size depends on their content, and for an undefined type.
+size_t value_type_size(ValueType t);
+
+/// Tensor names must be shorter than this many bytes (ggml.h GGML_MAX_NAME = 64, including the
+/// terminating NUL; llama.cpp's gguf.cpp rejects longer names).
+inline constexpr size_t kMaxTensorNameBytes = 63;
+
+/// Default and largest accepted general.alignment, in bytes. The default is the GGUF spec's
+/// (GGUF_DEFAULT_ALIGNMENT = 32); the upper bound is minfer's sanity limit (16 MiB, above any
+/// page or huge-page size a writer would align to).
+inline constexpr uint64_t kDefaultAlignment = 32;
+inline constexpr uint64_t kMaxAlignment = uint64_t{1} << 24;
+
+/// minfer's sanity limits on counts (beyond any real model, far below what would exhaust
+/// memory): the reader rejects a file exceeding one with a minfer::Error naming the count.
+/// Counts are also checked against the bytes left in the file; these limits matter for large
+/// (or sparse) files whose zeros would parse as millions of empty strings, each of which costs
+/// a 16-byte view. Real files: ~50 keys, ~1000 tensors, ~300k-800k strings (vocab + merges).
+inline constexpr uint64_t kMaxKeyValues = uint64_t{1} << 20;
+inline constexpr uint64_t kMaxTensors = uint64_t{1} << 20;
+inline constexpr uint64_t kMaxStringArrayElements = uint64_t{1} << 24;  ///< all arrays together
 
 /// One metadata value. Scalars are widened into u/i/f/b; a string is a view into the file;
 /// an array keeps its element type, count, and either a pointer to its packed little-endian
@@ -45,7 +68,9 @@ struct Value {
   const uint8_t* elems = nullptr;           ///< ARRAY of numbers/bool: packed elements in the map
   std::vector<std::string_view> strings;    ///< ARRAY of STRING
 
-  /// Array element `k` as a double / int64 (numeric arrays only; k < count is the caller's job).
+  /// Array element `k` as a double / int64 (numeric and bool arrays only, k < count; a violation
+  /// is an internal error). elem_i64 truncates floats toward zero, saturating (NaN gives 0), and
+  /// wraps u64 values above INT64_MAX; the typed getters check ranges instead.
   double elem_f64(uint64_t k) const;
   int64_t elem_i64(uint64_t k) const;
 };
@@ -75,11 +100,19 @@ class GgufFile {
   /// Opens, maps and validates `path`. Throws minfer::Error on any malformed content.
   static std::unique_ptr<GgufFile> open(const std::string& path);
 
-  const std::string& path() const { return map_.path(); }
+  /// Parses a GGUF image held in memory (the bytes are copied; `name` stands for the path in
+  /// error messages). Same parser and checks as open(); used by the fuzzer and tests.
+  static std::unique_ptr<GgufFile> open_memory(std::span<const uint8_t> bytes,
+                                               const std::string& name);
+
+  const std::string& path() const { return path_; }
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
-  uint64_t data_offset() const { return data_offset_; }  ///< file offset of the data section
-  uint64_t file_size() const { return map_.size(); }
+  /// File offset of the data section: the end of the tensor-info table rounded up to the
+  /// alignment. With no tensors there is no data section and this is the end of the table
+  /// (llama.cpp's gguf.cpp does not pad in that case either).
+  uint64_t data_offset() const { return data_offset_; }
+  uint64_t file_size() const { return size_; }
 
   const std::vector<KeyValue>& metadata() const { return kvs_; }
   const Value* find(std::string_view key) const;
@@ -102,16 +135,22 @@ class GgufFile {
   float require_f32(std::string_view key) const;
   std::string_view require_string(std::string_view key) const;
 
+  /// Tensor infos in file order (which is also data-section order: the reader requires the
+  /// offsets to be packed in order, as llama.cpp does).
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const TensorInfo* find_tensor(std::string_view name) const;
 
  private:
-  explicit GgufFile(MappedFile map) : map_(std::move(map)) {}
-  void parse();
+  GgufFile() = default;
+  void parse();  // gguf_parse.cpp
 
-  MappedFile map_;
+  std::optional<MappedFile> map_;  ///< open(): the mapped file
+  std::vector<uint8_t> owned_;     ///< open_memory(): the copied bytes
+  std::string path_;
+  const uint8_t* base_ = nullptr;
+  size_t size_ = 0;
   uint32_t version_ = 0;
-  uint64_t alignment_ = 32;
+  uint64_t alignment_ = kDefaultAlignment;
   uint64_t data_offset_ = 0;
   std::vector<KeyValue> kvs_;
   std::vector<TensorInfo> tensors_;

@@ -22,33 +22,51 @@ class GgufWriter {
   /// Fills `dst` (exactly the tensor's byte size) with the tensor's data.
   using Producer = std::function<void(uint8_t* dst, size_t nbytes)>;
 
-  // Metadata setters. Setting a key twice replaces the value (keys stay unique).
+  // Metadata setters. Setting a key twice replaces the value in place (keys stay unique and
+  // keep their first position). An empty key is a minfer::Error. general.alignment must be set
+  // with set_u32 to a power of two in [1, kMaxAlignment] (minfer::Error otherwise); it sets the
+  // alignment of the data section and of every tensor (default kDefaultAlignment, not written).
   void set_u8(std::string_view key, uint8_t v);
+  void set_i8(std::string_view key, int8_t v);
+  void set_u16(std::string_view key, uint16_t v);
+  void set_i16(std::string_view key, int16_t v);
   void set_u32(std::string_view key, uint32_t v);
   void set_i32(std::string_view key, int32_t v);
   void set_u64(std::string_view key, uint64_t v);
+  void set_i64(std::string_view key, int64_t v);
   void set_f32(std::string_view key, float v);
+  void set_f64(std::string_view key, double v);
   void set_bool(std::string_view key, bool v);
   void set_string(std::string_view key, std::string_view v);
   void set_string_array(std::string_view key, std::span<const std::string_view> v);
   void set_string_array(std::string_view key, const std::vector<std::string>& v);
   void set_i32_array(std::string_view key, std::span<const int32_t> v);
   void set_f32_array(std::string_view key, std::span<const float> v);
-  /// Copies a value read from another file (any type, arrays included).
+  /// Copies a value (any type, arrays of any element type included), e.g. one read from another
+  /// file. The value's views (str, strings, elems) are copied now, so they need not outlive
+  /// this call. Arrays of arrays and undefined types are a minfer::Error.
   void set_value(std::string_view key, const Value& v);
   void remove(std::string_view key);
+  size_t kv_count() const { return kvs_.size(); }
 
-  /// Adds a tensor. `ne` in ggml order (ne[0] contiguous), 1..4 dims. The byte size is computed
-  /// from the type's block layout; ne[0] must be a multiple of the block size (minfer::Error
-  /// naming the tensor otherwise). Duplicate names are an error.
+  /// Adds a tensor. `ne` in ggml order (ne[0] contiguous), 1..4 dims, each > 0; n_dims is
+  /// written as ne.size(). The byte size is computed from the type's block layout; ne[0] must be
+  /// a multiple of the block size. The name must be 1..kMaxTensorNameBytes bytes and unique.
+  /// Any violation is a minfer::Error naming the tensor and the bad value.
   void add_tensor(std::string_view name, TensorType type, std::span<const int64_t> ne,
                   Producer producer);
-  /// Convenience: copy `bytes` as the tensor's data (size must match).
+  /// Convenience for small tensors: copies `bytes` now and writes them as the tensor's data
+  /// (bytes.size() must equal the tensor's byte size, minfer::Error otherwise).
   void add_tensor_bytes(std::string_view name, TensorType type, std::span<const int64_t> ne,
                         std::span<const uint8_t> bytes);
+  size_t tensor_count() const { return tensors_.size(); }
 
   /// Writes the file. `on_tensor(index, name, nbytes)` is called after each tensor's data is
-  /// written (for progress). Throws minfer::Error naming the path on I/O failure.
+  /// written (for progress). Tensor data is laid out in add order, each tensor at a multiple of
+  /// the alignment and padded with zeros to the next one (llama.cpp's layout, which its reader
+  /// requires). A file without tensors ends right after the metadata (no padding). Memory: the metadata plus one buffer of the largest tensor's size. Throws
+  /// minfer::Error naming the path on I/O failure; an exception from a producer propagates. In
+  /// both cases "<path>.tmp" is removed and `path` is left untouched.
   void write(const std::string& path,
              const std::function<void(size_t, std::string_view, uint64_t)>& on_tensor = {}) const;
 
