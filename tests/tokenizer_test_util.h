@@ -46,7 +46,9 @@ inline tok::VocabData tiny_vocab(const std::vector<std::pair<std::string, std::s
 /// (Control -> special true), merges as "a b" strings or as ["a", "b"] pairs.
 inline void write_tokenizer_json(const tok::VocabData& d, const std::filesystem::path& path,
                                  bool pair_merges, const char* regex = qwen2_hf_regex()) {
-  nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
+  // nlohmann::json (a std::map) for the vocab: inserting 150k keys into an ordered_json
+  // object is quadratic. Key order does not matter in model.vocab.
+  nlohmann::json vocab = nlohmann::json::object();
   nlohmann::ordered_json added = nlohmann::ordered_json::array();
   for (size_t i = 0; i < d.tokens.size(); ++i) {
     if (d.types[i] == tok::TokenType::Normal) {
