@@ -1,0 +1,324 @@
+// Filters, tests and global functions of the Jinja subset.
+#include "chat/jinja_builtins.h"
+
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+
+#include "chat/jinja_helpers.h"
+
+namespace minfer::jinja {
+namespace {
+
+int64_t length_of(const Value& v, int line) {
+  switch (v.kind()) {
+    case Value::Kind::String: return static_cast<int64_t>(code_points(v.as_string()).size());
+    case Value::Kind::List: return static_cast<int64_t>(v.as_list().size());
+    case Value::Kind::Map: return static_cast<int64_t>(v.as_map().items.size());
+    case Value::Kind::Undefined: return 0;
+    default: template_fail(line, "length: {} has no length", kind_name(v.kind()));
+  }
+}
+
+Value attribute_path(const Value& v, const std::string& path, int line) {
+  Value cur = v;
+  size_t i = 0;
+  while (i <= path.size()) {
+    const size_t j = std::min(path.find('.', i), path.size());
+    const std::string part = path.substr(i, j - i);
+    if (cur.is_undefined()) return cur;
+    if (!part.empty() && std::all_of(part.begin(), part.end(), ::isdigit)) cur = get_item(cur, Value(static_cast<int64_t>(std::stoll(part))), line);
+    else cur = get_item(cur, Value(part), line);
+    i = j + 1;
+  }
+  return cur;
+}
+
+// select/reject/selectattr/rejectattr
+Value select_filter(const Value& v, CallArgs& a, bool by_attr, bool keep) {
+  size_t p = 0;
+  std::string attr;
+  if (by_attr) {
+    if (a.pos.empty() || !a.pos[0].is_string()) template_fail(a.line, "selectattr/rejectattr need an attribute name");
+    attr = a.pos[0].as_string();
+    p = 1;
+  }
+  std::string test = p < a.pos.size() && a.pos[p].is_string() ? a.pos[p].as_string() : "";
+  CallArgs targs;
+  targs.line = a.line;
+  for (size_t k = p + 1; k < a.pos.size(); ++k) targs.pos.push_back(a.pos[k]);
+  ValueList out;
+  for (const Value& item : iterate(v, a.line)) {
+    const Value x = by_attr ? attribute_path(item, attr, a.line) : item;
+    const bool ok = test.empty() ? truthy(x) : apply_test(test, x, targs);
+    if (ok == keep) out.push_back(item);
+  }
+  return Value::list(std::move(out));
+}
+
+}  // namespace
+
+Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
+  const int line = a.line;
+  if (name == "length" || name == "count") return Value(length_of(v, line));
+  if (name == "tojson") {
+    const Value* ind = arg(a, 0, "indent");
+    return Value(to_json(v, ind && ind->kind() == Value::Kind::Int ? static_cast<int>(ind->as_int()) : -1, line));
+  }
+  if (name == "safe") return v;
+  if (name == "string") return Value(to_str(v));
+  if (name == "trim") return Value(strip(to_str(v), arg(a, 0, "chars"), true, true));
+  if (name == "lower" || name == "upper") return Value(ascii_case(to_str(v), name == "upper"));
+  if (name == "capitalize") return Value(capitalize(to_str(v)));
+  if (name == "title") return Value(title_case(to_str(v)));
+  if (name == "default" || name == "d") {
+    const Value* def = arg(a, 0, "default_value");
+    const Value* boolean = arg(a, 1, "boolean");
+    const bool use = v.is_undefined() || (boolean && truthy(*boolean) && !truthy(v));
+    return use ? (def ? *def : Value("")) : v;
+  }
+  if (name == "first" || name == "last") {
+    ValueList items = iterate(v, line);
+    if (items.empty()) return Value::undefined(name);
+    return name == "first" ? items.front() : items.back();
+  }
+  if (name == "list") return Value::list(iterate(v, line));
+  if (name == "reverse") {
+    if (v.is_string()) {
+      auto cps = code_points(v.as_string());
+      std::string s;
+      for (auto it = cps.rbegin(); it != cps.rend(); ++it) s += *it;
+      return Value(std::move(s));
+    }
+    ValueList items = iterate(v, line);
+    std::reverse(items.begin(), items.end());
+    return Value::list(std::move(items));
+  }
+  if (name == "join") {
+    const Value* sep = arg(a, 0, "d");
+    const Value* attr = arg(a, 1, "attribute");
+    std::string out;
+    bool first = true;
+    for (const Value& item : iterate(v, line)) {
+      if (!first && sep) out += to_str(*sep);
+      out += to_str(attr && attr->is_string() ? attribute_path(item, attr->as_string(), line) : item);
+      first = false;
+    }
+    return Value(std::move(out));
+  }
+  if (name == "items") {
+    if (v.is_undefined()) return Value::list();
+    if (!v.is_map()) template_fail(line, "items: expected a dict, not {}", kind_name(v.kind()));
+    ValueList l;
+    for (const auto& [k, x] : v.as_map().items) l.push_back(Value::list({Value(k), x}));
+    return Value::list(std::move(l));
+  }
+  if (name == "replace") {
+    const Value* c = arg(a, 2, "count");
+    return Value(replace_all(to_str(v), str_arg(a, 0, "old", "replace"), str_arg(a, 1, "new", "replace"),
+                             c && c->kind() == Value::Kind::Int ? c->as_int() : -1));
+  }
+  if (name == "int") {
+    if (v.kind() == Value::Kind::Int) return v;
+    if (v.kind() == Value::Kind::Float) return Value(static_cast<int64_t>(v.as_number()));
+    if (v.kind() == Value::Kind::Bool) return Value(static_cast<int64_t>(v.as_bool()));
+    if (v.is_string()) {
+      try {
+        size_t used = 0;
+        const int64_t x = std::stoll(v.as_string(), &used);
+        if (used == v.as_string().size()) return Value(x);
+      } catch (const std::exception&) {
+      }
+    }
+    const Value* def = arg(a, 0, "default");
+    return def ? *def : Value(int64_t{0});
+  }
+  if (name == "float") {
+    if (v.is_number()) return Value(v.as_number());
+    if (v.is_string()) {
+      try {
+        return Value(std::stod(v.as_string()));
+      } catch (const std::exception&) {
+      }
+    }
+    return Value(0.0);
+  }
+  if (name == "abs") {
+    if (v.kind() == Value::Kind::Int) return Value(v.as_int() < 0 ? -v.as_int() : v.as_int());
+    if (v.is_number()) return Value(std::fabs(v.as_number()));
+    template_fail(line, "abs: expected a number, not {}", kind_name(v.kind()));
+  }
+  if (name == "select") return select_filter(v, a, false, true);
+  if (name == "reject") return select_filter(v, a, false, false);
+  if (name == "selectattr") return select_filter(v, a, true, true);
+  if (name == "rejectattr") return select_filter(v, a, true, false);
+  if (name == "map") {
+    ValueList out;
+    const Value* attr = arg(a, 99, "attribute");
+    for (const Value& item : iterate(v, line)) {
+      if (attr && attr->is_string()) {
+        Value x = attribute_path(item, attr->as_string(), line);
+        if (x.is_undefined()) {
+          const Value* def = arg(a, 99, "default");
+          if (def) x = *def;
+        }
+        out.push_back(x);
+      } else if (!a.pos.empty() && a.pos[0].is_string()) {
+        CallArgs rest;
+        rest.line = line;
+        rest.pos.assign(a.pos.begin() + 1, a.pos.end());
+        out.push_back(apply_filter(a.pos[0].as_string(), item, rest));
+      } else {
+        template_fail(line, "map needs a filter name or attribute=");
+      }
+    }
+    return Value::list(std::move(out));
+  }
+  if (name == "unique") {
+    ValueList out;
+    for (const Value& item : iterate(v, line))
+      if (std::none_of(out.begin(), out.end(), [&](const Value& o) { return equals(o, item); })) out.push_back(item);
+    return Value::list(std::move(out));
+  }
+  if (name == "sort" || name == "min" || name == "max" || name == "sum") {
+    ValueList items = iterate(v, line);
+    const Value* attr = arg(a, name == "sort" ? 2 : name == "sum" ? 99 : 1, "attribute");
+    auto key = [&](const Value& x) { return attr && attr->is_string() ? attribute_path(x, attr->as_string(), line) : x; };
+    if (name == "sum") {
+      Value total = Value(int64_t{0});
+      for (const Value& x : items) {
+        Value k = key(x);
+        if (!k.is_number()) template_fail(line, "sum: expected numbers, found {}", kind_name(k.kind()));
+        total = total.kind() == Value::Kind::Int && k.kind() == Value::Kind::Int ? Value(total.as_int() + k.as_int())
+                                                                                  : Value(total.as_number() + k.as_number());
+      }
+      return total;
+    }
+    std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) { return compare(key(x), key(y), line) < 0; });
+    if (name == "min") return items.empty() ? Value::undefined("min") : items.front();
+    if (name == "max") return items.empty() ? Value::undefined("max") : items.back();
+    const Value* rev = arg(a, 0, "reverse");
+    if (rev && truthy(*rev)) std::reverse(items.begin(), items.end());
+    return Value::list(std::move(items));
+  }
+  if (name == "indent") {
+    const Value* w = arg(a, 0, "width");
+    const Value* first = arg(a, 1, "first");
+    const std::string pad = w && w->is_string() ? w->as_string()
+                                                : std::string(static_cast<size_t>(w && w->kind() == Value::Kind::Int ? w->as_int() : 4), ' ');
+    const std::string s = to_str(v);
+    std::string out = first && truthy(*first) && !s.empty() ? pad : "";
+    for (size_t i = 0; i < s.size(); ++i) {
+      out += s[i];
+      if (s[i] == '\n' && i + 1 < s.size() && s[i + 1] != '\n') out += pad;
+    }
+    return Value(std::move(out));
+  }
+  template_fail(line, "unsupported filter '{}'", name);
+}
+
+bool apply_test(const std::string& name, const Value& v, CallArgs& a) {
+  const int line = a.line;
+  using K = Value::Kind;
+  auto other = [&]() -> const Value& {
+    if (a.pos.empty()) template_fail(line, "test '{}' needs an argument", name);
+    return a.pos[0];
+  };
+  if (name == "defined") return !v.is_undefined();
+  if (name == "undefined") return v.is_undefined();
+  if (name == "none") return v.is_none();
+  if (name == "string") return v.is_string();
+  if (name == "number") return v.is_number();
+  if (name == "integer") return v.kind() == K::Int;
+  if (name == "float") return v.kind() == K::Float;
+  if (name == "boolean") return v.kind() == K::Bool;
+  if (name == "true") return v.kind() == K::Bool && v.as_bool();
+  if (name == "false") return v.kind() == K::Bool && !v.as_bool();
+  if (name == "mapping") return v.is_map();
+  if (name == "sequence") return v.is_list() || v.is_string() || v.is_map();
+  if (name == "iterable") return v.is_list() || v.is_string() || v.is_map();
+  if (name == "callable") return v.kind() == K::Func;
+  if (name == "lower") return v.is_string() && ascii_case(v.as_string(), false) == v.as_string();
+  if (name == "upper") return v.is_string() && ascii_case(v.as_string(), true) == v.as_string();
+  if (name == "odd" || name == "even" || name == "divisibleby") {
+    if (v.kind() != K::Int) template_fail(line, "test '{}' needs an integer, not {}", name, kind_name(v.kind()));
+    if (name == "divisibleby") {
+      const Value& d = other();
+      if (d.kind() != K::Int || d.as_int() == 0) template_fail(line, "divisibleby needs a non-zero integer");
+      return v.as_int() % d.as_int() == 0;
+    }
+    return (v.as_int() % 2 != 0) == (name == "odd");
+  }
+  if (name == "eq" || name == "equalto" || name == "==") return equals(v, other());
+  if (name == "ne" || name == "!=") return !equals(v, other());
+  if (name == "lt" || name == "lessthan" || name == "<") return compare(v, other(), line) < 0;
+  if (name == "gt" || name == "greaterthan" || name == ">") return compare(v, other(), line) > 0;
+  if (name == "le" || name == "<=") return compare(v, other(), line) <= 0;
+  if (name == "ge" || name == ">=") return compare(v, other(), line) >= 0;
+  if (name == "sameas") {
+    const Value& o = other();
+    if (v.kind() != o.kind()) return false;
+    if (v.is_list()) return &v.as_list() == &o.as_list();
+    if (v.is_map()) return &v.as_map() == &o.as_map();
+    return equals(v, o);
+  }
+  if (name == "in") {
+    const Value& c = other();
+    if (c.is_string()) return v.is_string() && c.as_string().find(v.as_string()) != std::string::npos;
+    for (const Value& x : iterate(c, line))
+      if (equals(x, v)) return true;
+    return false;
+  }
+  template_fail(line, "unsupported test '{}'", name);
+}
+
+Value make_globals() {
+  Value g = Value::map();
+  auto& m = g.as_map();
+  m.set("namespace", Value::func("namespace", [](CallArgs& a) {
+          Value ns = Value::map();
+          ns.as_map().is_namespace = true;
+          if (!a.pos.empty() && a.pos[0].is_map())
+            for (const auto& [k, v] : a.pos[0].as_map().items) ns.as_map().set(k, v);
+          for (const auto& [k, v] : a.kw) ns.as_map().set(k, v);
+          return ns;
+        }));
+  m.set("dict", Value::func("dict", [](CallArgs& a) {
+          Value d = Value::map();
+          for (const auto& [k, v] : a.kw) d.as_map().set(k, v);
+          return d;
+        }));
+  m.set("range", Value::func("range", [](CallArgs& a) {
+          int64_t b = 0, e = 0, s = 1;
+          for (const Value& v : a.pos)
+            if (v.kind() != Value::Kind::Int) template_fail(a.line, "range() arguments must be integers");
+          if (a.pos.size() == 1) e = a.pos[0].as_int();
+          else if (a.pos.size() >= 2) {
+            b = a.pos[0].as_int();
+            e = a.pos[1].as_int();
+            if (a.pos.size() >= 3) s = a.pos[2].as_int();
+          } else template_fail(a.line, "range() needs 1 to 3 arguments");
+          if (s == 0) template_fail(a.line, "range() step cannot be zero");
+          ValueList l;
+          for (int64_t i = b; s > 0 ? i < e : i > e; i += s) {
+            if (l.size() >= 1000000) template_fail(a.line, "range() longer than 1000000 items");
+            l.emplace_back(i);
+          }
+          return Value::list(std::move(l));
+        }));
+  m.set("raise_exception", Value::func("raise_exception", [](CallArgs& a) -> Value {
+          template_fail(a.line, "the template raised an error: {}", a.pos.empty() ? std::string() : to_str(a.pos[0]));
+        }));
+  m.set("strftime_now", Value::func("strftime_now", [](CallArgs& a) {
+          const std::string& f = str_arg(a, 0, "format", "strftime_now");
+          const std::time_t t = std::time(nullptr);
+          std::tm tm{};
+          localtime_r(&t, &tm);
+          char buf[256];
+          const size_t n = std::strftime(buf, sizeof buf, f.c_str(), &tm);
+          return Value(std::string(buf, n));
+        }));
+  return g;
+}
+
+}  // namespace minfer::jinja

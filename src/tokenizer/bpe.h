@@ -1,0 +1,59 @@
+// Byte-level BPE: turns one pre-tokenized word (raw bytes) into token ids by applying merges in
+// rank order (lowest rank first, leftmost first among equal ranks: the rule of HF tokenizers'
+// BPE and llama.cpp's llm_tokenizer_bpe_session). Results for short words are cached.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "tokenizer/vocab.h"
+
+namespace minfer::tok {
+
+class BpeModel {
+ public:
+  /// Builds the byte table and the merge table from validated data (`token_to_id` maps every
+  /// token text to its id). Throws minfer::Error naming the source file and the merge rank
+  /// when a merge names a token that does not exist.
+  BpeModel(const VocabData& data, const std::unordered_map<std::string, int32_t>& token_to_id);
+
+  /// Appends the ids of `word` (raw bytes, not in the byte-level alphabet) to `out`.
+  /// Thread-safe.
+  void encode_word(std::string_view word, std::vector<int32_t>& out) const;
+
+  /// Same, without the cache (used by tests to check the cache changes nothing).
+  void encode_word_uncached(std::string_view word, std::vector<int32_t>& out) const;
+
+  /// Number of merges.
+  size_t n_merges() const { return merges_.size(); }
+
+ private:
+  struct Merge {
+    int32_t rank;
+    int32_t result;
+  };
+  static uint64_t key(int32_t a, int32_t b) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+  }
+  const Merge* find(int32_t a, int32_t b) const;
+  void merge_short(std::vector<int32_t>& ids) const;
+  void merge_long(std::vector<int32_t>& ids) const;
+
+  std::array<int32_t, 256> byte_token_{};
+  std::unordered_map<uint64_t, Merge> merges_;
+
+  struct StringHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  mutable std::mutex cache_mu_;
+  mutable std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> cache_;
+};
+
+}  // namespace minfer::tok

@@ -1,0 +1,120 @@
+#include "tokenizer/pretokenizer.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include <memory>
+
+#include "core/error.h"
+
+namespace minfer::tok {
+namespace {
+
+// Unicode White_Space (PropList.txt): \t \n \v \f \r U+0085 and the Z categories (Zs, Zl, Zp).
+#define MINFER_WS "\\t\\n\\x0B\\f\\r\\x{85}\\p{Z}"
+
+constexpr const char* kQwen2 =
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+    "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+"
+    "|\\p{N}"
+    "| ?[^" MINFER_WS "\\p{L}\\p{N}]+[\\r\\n]*"
+    "|[" MINFER_WS "]*[\\r\\n]+"
+    "|[" MINFER_WS "]+(?![^" MINFER_WS "])"
+    "|[" MINFER_WS "]+";
+
+constexpr const char* kQwen35 =
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+    "|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+"
+    "|\\p{N}"
+    "| ?[^" MINFER_WS "\\p{L}\\p{M}\\p{N}]+[\\r\\n]*"
+    "|[" MINFER_WS "]*[\\r\\n]+"
+    "|[" MINFER_WS "]+(?![^" MINFER_WS "])"
+    "|[" MINFER_WS "]+";
+
+#undef MINFER_WS
+
+std::string pcre2_message(int code) {
+  PCRE2_UCHAR buf[256];
+  if (pcre2_get_error_message(code, buf, sizeof buf) < 0) return "error " + std::to_string(code);
+  return reinterpret_cast<const char*>(buf);
+}
+
+// One JIT stack per thread (a JIT stack must not be used by two threads at once). 32 KiB grows
+// up to 8 MiB, which long runs of one character class need.
+struct JitStack {
+  pcre2_jit_stack* stack = nullptr;
+  pcre2_match_context* mctx = nullptr;
+  JitStack() {
+    stack = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, nullptr);
+    mctx = pcre2_match_context_create(nullptr);
+    if (stack && mctx) pcre2_jit_stack_assign(mctx, nullptr, stack);
+  }
+  ~JitStack() {
+    if (mctx) pcre2_match_context_free(mctx);
+    if (stack) pcre2_jit_stack_free(stack);
+  }
+};
+
+}  // namespace
+
+const char* pre_tokenizer_pattern(PreTokenizer kind) {
+  switch (kind) {
+    case PreTokenizer::Qwen2: return kQwen2;
+    case PreTokenizer::Qwen35: return kQwen35;
+  }
+  return kQwen2;
+}
+
+PreTokenizerRegex::PreTokenizerRegex(PreTokenizer kind) : kind_(kind) {
+  int err = 0;
+  PCRE2_SIZE err_off = 0;
+  const char* pattern = pre_tokenizer_pattern(kind);
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern), PCRE2_ZERO_TERMINATED,
+                                   PCRE2_UTF | PCRE2_UCP, &err, &err_off, nullptr);
+  if (!code)
+    fail("pre-tokenizer regex does not compile at offset {}: {}", err_off, pcre2_message(err));
+  const int jit = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);
+  if (jit != 0) {
+    pcre2_code_free(code);
+    fail("pre-tokenizer regex: PCRE2 JIT compilation failed: {}", pcre2_message(jit));
+  }
+  code_ = code;
+}
+
+PreTokenizerRegex::~PreTokenizerRegex() { pcre2_code_free(static_cast<pcre2_code*>(code_)); }
+
+void PreTokenizerRegex::split(std::string_view text, std::vector<std::string_view>& words) const {
+  if (text.empty()) return;
+  thread_local JitStack jit;
+  if (!jit.mctx || !jit.stack) fail("pre-tokenizer: cannot allocate the PCRE2 JIT stack");
+  std::unique_ptr<pcre2_match_data, void (*)(pcre2_match_data*)> md(
+      pcre2_match_data_create(1, nullptr), pcre2_match_data_free);
+  if (!md) fail("pre-tokenizer: cannot allocate PCRE2 match data");
+  auto* code = static_cast<const pcre2_code*>(code_);
+  const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const int rc = pcre2_jit_match(code, subject, text.size(), pos, 0, md.get(), jit.mctx);
+    if (rc == PCRE2_ERROR_NOMATCH) {
+      words.push_back(text.substr(pos));  // text after the last match
+      return;
+    }
+    if (rc < 0) fail("pre-tokenizer: PCRE2 match failed at byte {}: {}", pos, pcre2_message(rc));
+    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md.get());
+    const size_t start = ov[0], end = ov[1];
+    if (start > pos) words.push_back(text.substr(pos, start - pos));  // unmatched gap
+    if (end == start) {
+      // An empty match cannot happen with these patterns; step over one character anyway so
+      // the loop always advances.
+      size_t next = start + 1;
+      while (next < text.size() && (static_cast<uint8_t>(text[next]) & 0xC0) == 0x80) ++next;
+      words.push_back(text.substr(start, next - start));
+      pos = next;
+      continue;
+    }
+    words.push_back(text.substr(start, end - start));
+    pos = end;
+  }
+}
+
+}  // namespace minfer::tok

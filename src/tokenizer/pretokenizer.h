@@ -1,0 +1,40 @@
+// The pre-tokenizer: splits text into words with the vocabulary's regex (PCRE2, UTF + UCP, JIT)
+// before byte-level BPE runs on each word.
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+#include "tokenizer/vocab.h"
+
+namespace minfer::tok {
+
+/// The regex source used for `kind` (PCRE2 syntax). For Qwen2 it is the tokenizer.json pattern
+///   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+/// with two faithful rewrites, both matching llama.cpp 80fb11ac (src/llama-vocab.cpp,
+/// src/unicode.cpp): the contractions are spelled with ASCII classes ('[sS] ...) because a
+/// Unicode caseless 's' would also match U+017F; and \s / \S become the Unicode White_Space set
+/// [\t\n\x0B\f\r\x{85}\p{Z}] because PCRE2's UCP \s also matches U+180E.
+const char* pre_tokenizer_pattern(PreTokenizer kind);
+
+/// Compiled pre-tokenizer regex. Thread-safe: split() may be called concurrently.
+class PreTokenizerRegex {
+ public:
+  /// Compiles and JIT-compiles the pattern. Throws minfer::Error with PCRE2's message if it fails.
+  explicit PreTokenizerRegex(PreTokenizer kind);
+  ~PreTokenizerRegex();
+  PreTokenizerRegex(const PreTokenizerRegex&) = delete;
+  PreTokenizerRegex& operator=(const PreTokenizerRegex&) = delete;
+
+  /// Appends the words of `text` to `words` (views into `text`, in order, covering it exactly:
+  /// matches and any text between matches). `text` must be valid UTF-8 (the caller sanitizes
+  /// it; the UTF check is skipped for speed). Throws minfer::Error if PCRE2 reports a match
+  /// error (e.g. its JIT stack limit).
+  void split(std::string_view text, std::vector<std::string_view>& words) const;
+
+ private:
+  void* code_ = nullptr;  // pcre2_code_8*
+  PreTokenizer kind_;
+};
+
+}  // namespace minfer::tok

@@ -1,0 +1,194 @@
+#include "tokenizer/tokenizer.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "tokenizer/bpe.h"
+#include "tokenizer/byte_level.h"
+#include "tokenizer/pretokenizer.h"
+#include "tokenizer/special_tokens.h"
+#include "tokenizer/utf8.h"
+
+namespace minfer::tok {
+namespace {
+
+// Texts llama.cpp 80fb11ac (llama_vocab::impl::load) recognises as end-of-turn, end-of-generation
+// and fill-in-the-middle tokens; all of them are made Control. Restricted to the names of the
+// model families minfer targets and their close relatives.
+constexpr std::string_view kEotTexts[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
+                                          "<|endoftext|>", "<|end_of_text|>", "<EOT>"};
+constexpr std::string_view kEogTexts[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
+                                          "<|endoftext|>", "<|eom_id|>", "<EOT>", "<|end_of_text|>",
+                                          // fim_pad, fim_rep and fim_sep are end-of-generation too
+                                          "<|fim_pad|>", "<|fim_repo|>", "<|repo_name|>",
+                                          "<|file_sep|>"};
+constexpr std::string_view kFimTexts[] = {"<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>",
+                                          "<|fim_pad|>", "<|fim_repo|>", "<|repo_name|>",
+                                          "<|file_sep|>"};
+
+}  // namespace
+
+struct Tokenizer::Impl {
+  VocabData data;
+  PreTokenizer pre;
+  std::unordered_map<std::string, int32_t> token_to_id;
+  std::vector<std::string> pieces;  // render_special = true
+  std::vector<bool> eog;
+  std::vector<int32_t> eog_list;
+  std::unique_ptr<BpeModel> bpe;
+  std::unique_ptr<PreTokenizerRegex> regex;
+  std::unique_ptr<SpecialTokenMatcher> specials;
+  static inline const std::string kEmpty;
+
+  explicit Impl(VocabData d) : data(std::move(d)) {
+    validate_vocab(data);
+    pre = pre_tokenizer_from_name(data.pre, data.source);
+    const size_t n = data.tokens.size();
+    token_to_id.reserve(n);
+    for (size_t i = 0; i < n; ++i) token_to_id.emplace(data.tokens[i], static_cast<int32_t>(i));
+
+    auto find = [&](std::string_view t) -> int32_t {
+      auto it = token_to_id.find(std::string(t));
+      return it == token_to_id.end() ? -1 : it->second;
+    };
+    auto make_control = [&](int32_t id) {
+      auto& t = data.types[static_cast<size_t>(id)];
+      if (t != TokenType::Control) t = TokenType::Control;
+    };
+    if (data.eot_id < 0)
+      for (auto t : kEotTexts)
+        if (int32_t id = find(t); id >= 0) {
+          data.eot_id = id;
+          break;
+        }
+    eog.assign(n, false);
+    for (auto t : kEogTexts)
+      if (int32_t id = find(t); id >= 0) eog[static_cast<size_t>(id)] = true;
+    for (int32_t id : {data.eos_id, data.eot_id, data.eom_id})
+      if (id >= 0) eog[static_cast<size_t>(id)] = true;
+    for (auto t : kEotTexts)
+      if (int32_t id = find(t); id >= 0) make_control(id);
+    for (auto t : kFimTexts)
+      if (int32_t id = find(t); id >= 0) make_control(id);
+    for (size_t i = 0; i < n; ++i)
+      if (eog[i]) {
+        eog_list.push_back(static_cast<int32_t>(i));
+        if (std::find(std::begin(kEogTexts), std::end(kEogTexts), data.tokens[i]) != std::end(kEogTexts))
+          make_control(static_cast<int32_t>(i));
+      }
+
+    pieces.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      switch (data.types[i]) {
+        case TokenType::Normal:
+        case TokenType::Byte: pieces[i] = token_text_to_bytes(data.tokens[i]); break;
+        case TokenType::Control:
+        case TokenType::Unknown:
+        case TokenType::UserDefined: pieces[i] = data.tokens[i]; break;
+        case TokenType::Unused:
+        case TokenType::Undefined: break;  // decodes to nothing, as in llama.cpp
+      }
+    }
+    bpe = std::make_unique<BpeModel>(data, token_to_id);
+    regex = std::make_unique<PreTokenizerRegex>(pre);
+    specials = std::make_unique<SpecialTokenMatcher>(data.tokens, data.types, data.strip);
+  }
+
+  void check_id(int32_t id) const {
+    check(id >= 0 && static_cast<size_t>(id) < data.tokens.size(),
+          "token id {} is outside the vocabulary of {} (0..{})", id, data.source,
+          data.tokens.size() - 1);
+  }
+
+  std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special,
+                              bool cached) const {
+    std::vector<int32_t> out;
+    out.reserve(text.size() / 3 + 4);
+    if (add_special && data.add_bos) out.push_back(data.bos_id);
+    std::vector<Fragment> frags;
+    specials->partition(text, parse_special, frags);
+    std::vector<std::string_view> words;
+    std::string clean;
+    for (const Fragment& f : frags) {
+      if (f.is_token) {
+        out.push_back(f.id);
+        continue;
+      }
+      std::string_view t = f.text;
+      if (!utf8_is_valid(t)) {
+        clean = utf8_sanitize(t);
+        t = clean;
+      }
+      words.clear();
+      regex->split(t, words);
+      for (std::string_view w : words) {
+        if (cached) bpe->encode_word(w, out);
+        else bpe->encode_word_uncached(w, out);
+      }
+    }
+    if (add_special && data.add_eos) out.push_back(data.eos_id);
+    return out;
+  }
+};
+
+Tokenizer::Tokenizer(VocabData data) : impl_(std::make_unique<Impl>(std::move(data))) {}
+Tokenizer::~Tokenizer() = default;
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special) const {
+  return impl_->encode(text, add_special, parse_special, true);
+}
+
+std::vector<int32_t> Tokenizer::encode_uncached(std::string_view text, bool add_special,
+                                                bool parse_special) const {
+  return impl_->encode(text, add_special, parse_special, false);
+}
+
+const std::string& Tokenizer::token_to_piece(int32_t id, bool render_special) const {
+  impl_->check_id(id);
+  const auto i = static_cast<size_t>(id);
+  const TokenType t = impl_->data.types[i];
+  if (!render_special && (t == TokenType::Control || t == TokenType::Unknown)) return Impl::kEmpty;
+  return impl_->pieces[i];
+}
+
+std::string Tokenizer::decode(std::span<const int32_t> ids, bool render_special) const {
+  std::string out;
+  for (int32_t id : ids) out += token_to_piece(id, render_special);
+  return out;
+}
+
+bool Tokenizer::is_eog(int32_t id) const {
+  return id >= 0 && static_cast<size_t>(id) < impl_->eog.size() && impl_->eog[static_cast<size_t>(id)];
+}
+std::vector<int32_t> Tokenizer::eog_ids() const { return impl_->eog_list; }
+int32_t Tokenizer::bos() const { return impl_->data.bos_id; }
+int32_t Tokenizer::eos() const { return impl_->data.eos_id; }
+int32_t Tokenizer::eot() const { return impl_->data.eot_id; }
+int32_t Tokenizer::pad() const { return impl_->data.pad_id; }
+bool Tokenizer::add_bos() const { return impl_->data.add_bos; }
+bool Tokenizer::add_eos() const { return impl_->data.add_eos; }
+int32_t Tokenizer::n_vocab() const { return static_cast<int32_t>(impl_->data.tokens.size()); }
+const std::string& Tokenizer::chat_template() const { return impl_->data.chat_template; }
+const std::string& Tokenizer::source() const { return impl_->data.source; }
+PreTokenizer Tokenizer::pre_tokenizer() const { return impl_->pre; }
+
+const std::string& Tokenizer::token_text(int32_t id) const {
+  impl_->check_id(id);
+  return impl_->data.tokens[static_cast<size_t>(id)];
+}
+
+TokenType Tokenizer::token_type(int32_t id) const {
+  impl_->check_id(id);
+  return impl_->data.types[static_cast<size_t>(id)];
+}
+
+std::optional<int32_t> Tokenizer::find_token(std::string_view text) const {
+  auto it = impl_->token_to_id.find(std::string(text));
+  if (it == impl_->token_to_id.end()) return std::nullopt;
+  return it->second;
+}
+
+}  // namespace minfer::tok

@@ -1,0 +1,78 @@
+// Text to token ids and back, for byte-level BPE vocabularies (Qwen2, Qwen2.5, Qwen3), with the
+// behaviour of llama.cpp 80fb11ac (src/llama-vocab.cpp), which the fixtures were made with:
+//  1. special-token partition: Control/Unknown tokens (only when parse_special) and
+//     UserDefined tokens (always) are found in the text, longest text first; the text between
+//     them is tokenized on its own;
+//  2. invalid UTF-8 bytes become U+FFFD (one per byte);
+//  3. the pre-tokenizer regex splits each text piece into words (pretokenizer.h);
+//  4. byte-level BPE turns each word into ids (bpe.h).
+// No Unicode normalization is applied (the HF tokenizer.json declares NFC; llama.cpp skips it).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tokenizer/vocab.h"
+
+namespace minfer::tok {
+
+class Tokenizer {
+ public:
+  /// Validates `data` (validate_vocab) and builds the lookup tables. Throws minfer::Error.
+  explicit Tokenizer(VocabData data);
+  ~Tokenizer();
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+
+  /// Token ids of `text` (any bytes). add_special: put bos first when add_bos() (and eos last
+  /// when the vocab says add_eos). parse_special: recognise the text of Control tokens such as
+  /// "<|im_start|>" (off: that text is tokenized as plain text; UserDefined tokens are always
+  /// recognised, as in HF tokenizers and llama.cpp). Thread-safe.
+  std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const;
+
+  /// The bytes token `id` stands for. Control and Unknown tokens give their text when
+  /// render_special, else ""; Unused/Undefined tokens give "". May be a partial UTF-8
+  /// character. Throws minfer::Error for an id outside [0, n_vocab()).
+  const std::string& token_to_piece(int32_t id, bool render_special = true) const;
+
+  /// Concatenated pieces of `ids` (raw bytes, not checked for UTF-8).
+  std::string decode(std::span<const int32_t> ids, bool render_special = true) const;
+
+  /// End of generation: eos, eot, eom, and the tokens llama.cpp treats as such by their text
+  /// (<|im_end|>, <|endoftext|>, <|fim_pad|>, <|repo_name|>, <|file_sep|>, ...).
+  bool is_eog(int32_t id) const;
+  std::vector<int32_t> eog_ids() const;
+
+  int32_t bos() const;  ///< -1 when none
+  int32_t eos() const;  ///< -1 when none
+  int32_t eot() const;  ///< -1 when none (auto-detected from <|im_end|> etc. as llama.cpp does)
+  int32_t pad() const;  ///< -1 when none
+  bool add_bos() const;
+  bool add_eos() const;
+  int32_t n_vocab() const;
+  const std::string& chat_template() const;
+  const std::string& source() const;
+  PreTokenizer pre_tokenizer() const;
+
+  /// Token text as stored in the vocabulary (byte-level alphabet for Normal tokens).
+  const std::string& token_text(int32_t id) const;
+  /// Type after llama.cpp's adjustments (EOG/FIM tokens found by text become Control).
+  TokenType token_type(int32_t id) const;
+  /// Id of the token whose stored text is `text`, if any.
+  std::optional<int32_t> find_token(std::string_view text) const;
+
+  /// The same as encode() but without the word cache (tests).
+  std::vector<int32_t> encode_uncached(std::string_view text, bool add_special, bool parse_special) const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace minfer::tok

@@ -1,0 +1,81 @@
+// The vocabulary of a byte-level BPE tokenizer as a plain struct, and its two loaders: from GGUF
+// metadata (tokenizer.* keys) and from a Hugging Face tokenizer.json. The Tokenizer
+// (tokenizer.h) is built from this struct, so both sources give the same behaviour.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace minfer::gguf {
+class GgufFile;
+}
+
+namespace minfer::tok {
+
+/// Token types, with the integer values stored in GGUF `tokenizer.ggml.token_type`
+/// (llama.cpp's llama_token_type / gguf-py TokenType).
+enum class TokenType : int32_t {
+  Undefined = 0,
+  Normal = 1,       ///< byte-level BPE text
+  Unknown = 2,
+  Control = 3,      ///< special token: matched in text only when parse_special is on
+  UserDefined = 4,  ///< added token: always matched in text, decoded as its literal text
+  Unused = 5,
+  Byte = 6,
+};
+
+/// Which pre-tokenizer regex splits text into words before BPE.
+enum class PreTokenizer {
+  Qwen2,   ///< GGUF pre "qwen2" (Qwen2, Qwen2.5, Qwen3), "deepseek-r1-qwen"
+  Qwen35,  ///< GGUF pre "qwen35": like Qwen2 but letter runs also take combining marks (\p{M})
+};
+
+/// Maps a GGUF `tokenizer.ggml.pre` name to its pre-tokenizer. Throws minfer::Error naming
+/// `where` (file) and the unknown name; never falls back to a default.
+PreTokenizer pre_tokenizer_from_name(const std::string& name, const std::string& where);
+
+/// Per-token flags for added tokens (from tokenizer.json `added_tokens`): whitespace on that
+/// side of a matched occurrence is dropped.
+enum TokenStrip : uint8_t { kStripNone = 0, kStripLeft = 1, kStripRight = 2 };
+
+/// Everything the tokenizer needs, independent of where it came from.
+struct VocabData {
+  std::string source;  ///< file the data came from (for error messages)
+  std::string model = "gpt2";      ///< tokenizer.ggml.model; only "gpt2" (byte-level BPE) is supported
+  std::string pre = "qwen2";       ///< tokenizer.ggml.pre
+  std::vector<std::string> tokens;  ///< token text by id; Normal tokens in the byte-level alphabet
+  std::vector<TokenType> types;     ///< same length as tokens
+  std::vector<uint8_t> strip;       ///< TokenStrip flags by id; empty = none
+  /// Merges in rank order (rank = index): each is (left, right) token texts, and left+right is a
+  /// token too.
+  std::vector<std::pair<std::string, std::string>> merges;
+  int32_t bos_id = -1, eos_id = -1, eot_id = -1, eom_id = -1, pad_id = -1, unk_id = -1;  ///< -1 = none
+  bool add_bos = false;  ///< encode(add_special=true) puts bos_id first
+  bool add_eos = false;  ///< encode(add_special=true) puts eos_id last
+  std::string chat_template;  ///< Jinja source; empty when the file has none
+};
+
+/// Reads the tokenizer.* metadata of a GGUF file: tokenizer.ggml.{model, pre, tokens, token_type,
+/// merges, bos_token_id, eos_token_id, eot_token_id, eom_token_id, padding_token_id,
+/// unknown_token_id, add_bos_token, add_eos_token} and tokenizer.chat_template (GGUF spec,
+/// "Tokenizer" section; key names as written by llama.cpp's converter). Throws minfer::Error
+/// naming the file and key for a missing or mistyped key, an unsupported model or an unknown
+/// pre-tokenizer name.
+VocabData vocab_from_gguf(const gguf::GgufFile& file);
+
+/// Reads a Hugging Face tokenizer.json (model.type "BPE" with byte-level pre-tokenization):
+/// model.vocab, model.merges (either "a b" strings or ["a", "b"] pairs), added_tokens (special
+/// -> Control, otherwise UserDefined; lstrip/rstrip honoured). The pre-tokenizer is identified
+/// by its Split regex; an unknown regex is an error that quotes it. When a tokenizer_config.json
+/// sits beside the file, bos_token, eos_token, pad_token, add_bos_token, add_eos_token and
+/// chat_template are read from it. Throws minfer::Error naming the file and the field.
+VocabData vocab_from_tokenizer_json(const std::string& path);
+
+/// Checks the invariants the tokenizer relies on (types/tokens lengths agree, no empty or
+/// duplicate token text, special ids in range, merges name existing tokens, all 256 byte tokens
+/// present). Throws minfer::Error naming `data.source`, the token id / merge rank and the value.
+void validate_vocab(const VocabData& data);
+
+}  // namespace minfer::tok

@@ -1,0 +1,76 @@
+// VocabData from GGUF metadata. Key names: GGUF spec ("Tokenizer" section) and llama.cpp's
+// LLM_KV_TOKENIZER_* names (src/llama-arch.cpp).
+#include <optional>
+
+#include "core/error.h"
+#include "gguf/gguf.h"
+#include "tokenizer/vocab.h"
+
+namespace minfer::tok {
+namespace {
+
+int32_t optional_id(const gguf::GgufFile& f, const char* key) {
+  const auto v = f.get_u32(key);
+  if (!v) return -1;
+  check(*v <= static_cast<uint32_t>(INT32_MAX), "{}: {} = {} is not a token id", f.path(), key, *v);
+  return static_cast<int32_t>(*v);
+}
+
+}  // namespace
+
+VocabData vocab_from_gguf(const gguf::GgufFile& f) {
+  VocabData d;
+  d.source = f.path();
+  d.model = std::string(f.require_string("tokenizer.ggml.model"));
+  if (d.model != "gpt2")
+    fail("{}: tokenizer.ggml.model = '{}' is not supported (only 'gpt2', byte-level BPE)", f.path(),
+         d.model);
+  d.pre = std::string(f.get_string("tokenizer.ggml.pre").value_or(""));
+  (void)pre_tokenizer_from_name(d.pre, f.path());
+
+  const auto tokens = f.get_string_array("tokenizer.ggml.tokens");
+  check(tokens.has_value(), "{}: missing metadata key tokenizer.ggml.tokens", f.path());
+  d.tokens.assign(tokens->begin(), tokens->end());
+
+  if (auto types = f.get_i32_array("tokenizer.ggml.token_type")) {
+    check(types->size() == d.tokens.size(),
+          "{}: tokenizer.ggml.token_type has {} entries for {} tokens", f.path(), types->size(),
+          d.tokens.size());
+    d.types.reserve(types->size());
+    for (size_t i = 0; i < types->size(); ++i) {
+      const int32_t t = (*types)[i];
+      check(t >= 0 && t <= 6, "{}: tokenizer.ggml.token_type[{}] = {} is not a token type", f.path(),
+            i, t);
+      d.types.push_back(static_cast<TokenType>(t));
+    }
+  } else {
+    d.types.assign(d.tokens.size(), TokenType::Normal);
+  }
+
+  const auto merges = f.get_string_array("tokenizer.ggml.merges");
+  check(merges.has_value(), "{}: missing metadata key tokenizer.ggml.merges", f.path());
+  d.merges.reserve(merges->size());
+  for (size_t i = 0; i < merges->size(); ++i) {
+    const std::string_view m = (*merges)[i];
+    // "left right": split at the first space after the first byte (token texts in the
+    // byte-level alphabet never contain a space).
+    const size_t sp = m.size() > 1 ? m.find(' ', 1) : std::string_view::npos;
+    check(sp != std::string_view::npos && sp + 1 < m.size(),
+          "{}: tokenizer.ggml.merges[{}] = '{}' is not of the form 'left right'", f.path(), i, m);
+    d.merges.emplace_back(std::string(m.substr(0, sp)), std::string(m.substr(sp + 1)));
+  }
+
+  d.bos_id = optional_id(f, "tokenizer.ggml.bos_token_id");
+  d.eos_id = optional_id(f, "tokenizer.ggml.eos_token_id");
+  d.eot_id = optional_id(f, "tokenizer.ggml.eot_token_id");
+  d.eom_id = optional_id(f, "tokenizer.ggml.eom_token_id");
+  d.pad_id = optional_id(f, "tokenizer.ggml.padding_token_id");
+  d.unk_id = optional_id(f, "tokenizer.ggml.unknown_token_id");
+  d.add_bos = f.get_bool("tokenizer.ggml.add_bos_token").value_or(false);
+  d.add_eos = f.get_bool("tokenizer.ggml.add_eos_token").value_or(false);
+  d.chat_template = std::string(f.get_string("tokenizer.chat_template").value_or(""));
+  validate_vocab(d);
+  return d;
+}
+
+}  // namespace minfer::tok
