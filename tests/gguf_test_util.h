@@ -49,20 +49,26 @@ T peek(const std::vector<uint8_t>& bytes, size_t pos) {
   return v;
 }
 
-/// The minfer::Error message open_memory throws for `bytes` (named `name`); "" and a test
-/// failure when it opens without error or throws anything else.
-inline std::string open_error(const std::vector<uint8_t>& bytes,
-                              const std::string& name = "bad.gguf") {
+/// The message of the minfer::Error that `fn()` throws; "" and a test failure when it throws
+/// nothing or another exception.
+template <typename Fn>
+std::string error_of(Fn&& fn) {
   try {
-    gguf::GgufFile::open_memory(bytes, name);
+    fn();
   } catch (const Error& e) {
     return e.what();
   } catch (const std::exception& e) {
     ADD_FAILURE() << "expected minfer::Error, got another exception: " << e.what();
     return "";
   }
-  ADD_FAILURE() << "expected the reader to reject the image, but it opened";
+  ADD_FAILURE() << "expected a minfer::Error, but nothing was thrown";
   return "";
+}
+
+/// The minfer::Error message open_memory throws for `bytes` (named `name`).
+inline std::string open_error(const std::vector<uint8_t>& bytes,
+                              const std::string& name = "bad.gguf") {
+  return error_of([&] { gguf::GgufFile::open_memory(bytes, name); });
 }
 
 /// Where the fields of one tensor-info row start, found from its (unique) name.

@@ -216,13 +216,7 @@ TEST(GgufWriter, SettingAKeyTwiceReplacesItAndRemoveDeletesIt) {
 
 std::string writer_error(const std::function<void(GgufWriter&)>& fn) {
   GgufWriter w;
-  try {
-    fn(w);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected the writer to refuse";
-  return "";
+  return test::error_of([&] { fn(w); });
 }
 
 TEST(GgufWriter, RejectsInvalidTensorsAndAlignmentNamingTheValue) {
@@ -308,24 +302,12 @@ TEST(GgufGetters, IntegerGettersAcceptAnyIntegerTypeWhoseValueFits) {
   EXPECT_EQ(f->get_i64("g.big"), int64_t{1} << 40);
   EXPECT_EQ(f->require_u32("g.u8"), 7u);
   EXPECT_FALSE(f->get_u32("g.absent").has_value());
-  try {
-    f->get_u32("g.neg");
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_CONTAINS(e.what(), "'g.neg' = -1 (i32) does not fit in u32");
-  }
-  try {
-    f->get_u32("g.big");
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_CONTAINS(e.what(), "'g.big' = 1099511627776 (u64) does not fit in u32");
-  }
-  try {
-    f->get_i64("g.max");
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_CONTAINS(e.what(), "18446744073709551615 (u64) does not fit in i64");
-  }
+  using test::error_of;
+  EXPECT_CONTAINS(error_of([&] { f->get_u32("g.neg"); }), "'g.neg' = -1 (i32) does not fit in u32");
+  EXPECT_CONTAINS(error_of([&] { f->get_u32("g.big"); }),
+                  "'g.big' = 1099511627776 (u64) does not fit in u32");
+  EXPECT_CONTAINS(error_of([&] { f->get_i64("g.max"); }),
+                  "18446744073709551615 (u64) does not fit in i64");
 }
 
 TEST(GgufGetters, TypeMismatchAndMissingKeysAreErrorsNamingFileKeyAndTypes) {
@@ -343,15 +325,7 @@ TEST(GgufGetters, TypeMismatchAndMissingKeysAreErrorsNamingFileKeyAndTypes) {
   EXPECT_EQ(f->get_f32("g.f64"), 0.25f);
   EXPECT_EQ(f->get_bool("g.b"), true);
   EXPECT_EQ(f->require_string("g.s"), "text");
-  auto error_of = [](const std::function<void()>& fn) -> std::string {
-    try {
-      fn();
-    } catch (const Error& e) {
-      return e.what();
-    }
-    ADD_FAILURE() << "no error";
-    return "";
-  };
+  using test::error_of;
   const std::string u32_of_string = error_of([&] { f->get_u32("g.s"); });
   EXPECT_CONTAINS(u32_of_string, path);
   EXPECT_CONTAINS(u32_of_string, "'g.s' has type string, expected an integer (u32)");

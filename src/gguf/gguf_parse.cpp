@@ -10,13 +10,13 @@
 // All values are little-endian (we reject big-endian v3 files through the version check).
 //
 // Every read is bounds-checked against the image before it happens, and every count is checked
-// against the bytes that remain before anything is allocated for it, so a hostile header cannot
-// make the parser allocate more than a small multiple of the file's own size.
+// against the bytes that remain and against minfer's sanity limits (gguf.h) before anything is
+// allocated for it, so a hostile header cannot make the parser allocate more than a small
+// multiple of the bytes it actually parsed.
 #include <algorithm>
 #include <bit>
 #include <cstring>
 #include <string>
-#include <unordered_map>
 #include <unordered_set>
 
 #include "core/error.h"

@@ -279,7 +279,8 @@ void GgufWriter::write(const std::string& path,
     for (int64_t d : t.ne) append<int64_t>(meta, d);
     append<uint32_t>(meta, static_cast<uint32_t>(t.type));
     append<uint64_t>(meta, offset);
-    offset += padded(t.nbytes, alignment);
+    check(!__builtin_add_overflow(offset, padded(t.nbytes, alignment), &offset),
+          "GGUF writer: {}: the tensor data would exceed 2^64 bytes at tensor '{}'", path, t.name);
     max_bytes = std::max(max_bytes, t.nbytes);
   }
 

@@ -64,9 +64,10 @@ class GgufWriter {
   /// Writes the file. `on_tensor(index, name, nbytes)` is called after each tensor's data is
   /// written (for progress). Tensor data is laid out in add order, each tensor at a multiple of
   /// the alignment and padded with zeros to the next one (llama.cpp's layout, which its reader
-  /// requires). A file without tensors ends right after the metadata (no padding). Memory: the metadata plus one buffer of the largest tensor's size. Throws
-  /// minfer::Error naming the path on I/O failure; an exception from a producer propagates. In
-  /// both cases "<path>.tmp" is removed and `path` is left untouched.
+  /// requires). A file without tensors ends right after the metadata (no padding, as gguf-py
+  /// writes vocab-only files). Memory: the metadata plus one buffer of the largest tensor's
+  /// size. Throws minfer::Error naming the path on I/O failure; an exception from a producer
+  /// propagates. In both cases "<path>.tmp" is removed and `path` is left untouched.
   void write(const std::string& path,
              const std::function<void(size_t, std::string_view, uint64_t)>& on_tensor = {}) const;
 
