@@ -1,0 +1,135 @@
+#include "cpu/cpu_backend.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "core/error.h"
+#include "cpu/kernels.h"
+#include "quant/quant.h"
+
+namespace minfer::cpu {
+
+using graph::Node;
+using graph::Op;
+
+CpuBackend::CpuBackend(int n_threads) : pool_(n_threads > 0 ? n_threads : default_thread_count()) {}
+
+CpuBackend::~CpuBackend() {
+  for (Buffer& b : buffers_) std::free(b.ptr);
+}
+
+std::string CpuBackend::describe() const { return fmt::format("cpu ({} threads)", pool_.size()); }
+
+bool CpuBackend::supports_fused(Op op) const {
+  return op == Op::SwiGLU || op == Op::FusedFFN || op == Op::FusedQKV;
+}
+
+std::string CpuBackend::unsupported_reason(const graph::Graph& g, const Node& n) const {
+  const auto src_type = [&](int i) { return g.node(n.src[static_cast<size_t>(i)]).type; };
+  switch (n.op) {
+    case Op::MatMul:
+    case Op::GetRows: {
+      const TypeTraits* t = find_type_traits(src_type(0));
+      if (t == nullptr || t->vec_dot == nullptr)
+        return fmt::format("{} weights have no CPU kernel", type_name(src_type(0)));
+      return {};
+    }
+    case Op::FusedQKV:
+    case Op::FusedFFN:
+      for (int i = 1; i <= 3; ++i) {
+        const TypeTraits* t = find_type_traits(src_type(i));
+        if (t == nullptr || t->vec_dot == nullptr)
+          return fmt::format("{} weights have no CPU kernel", type_name(src_type(i)));
+      }
+      return {};
+    case Op::KvcacheStore:
+    case Op::KvcacheLoad:
+    case Op::Attn: {
+      const TensorType kt = n.op == Op::KvcacheStore ? src_type(1) : src_type(n.op == Op::Attn ? 1 : 0);
+      if (kt != TensorType::F32 && kt != TensorType::F16 && kt != TensorType::Q8_0)
+        return fmt::format("KV format {} is not supported (f32, f16, q8_0)", type_name(kt));
+      return {};
+    }
+    case Op::QkvBiasRopeStore:
+    case Op::FusedQkvNorm:
+      return "fused op not implemented on the CPU";
+    default:
+      return {};
+  }
+}
+
+int32_t CpuBackend::alloc_buffer(uint64_t bytes) {
+  auto it = free_.find(bytes);
+  if (it != free_.end() && !it->second.empty()) {
+    const int32_t id = it->second.back();
+    it->second.pop_back();
+    return id;
+  }
+  const uint64_t padded = (bytes + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, padded == 0 ? 64 : padded);
+  if (p == nullptr) throw OutOfMemoryError(fmt::format("cpu: cannot allocate {} bytes", bytes));
+  buffers_.push_back(Buffer{static_cast<uint8_t*>(p), bytes});
+  ++generation_;
+  pool_bytes_ += bytes;
+  return static_cast<int32_t>(buffers_.size() - 1);
+}
+
+void CpuBackend::release_buffer(int32_t id) {
+  MINFER_ASSERT(id >= 0 && static_cast<size_t>(id) < buffers_.size());
+  free_[buffers_[static_cast<size_t>(id)].bytes].push_back(id);
+}
+
+void* CpuBackend::buffer_ptr(int32_t id) const {
+  MINFER_ASSERT(id >= 0 && static_cast<size_t>(id) < buffers_.size());
+  return buffers_[static_cast<size_t>(id)].ptr;
+}
+
+void CpuBackend::upload(void* dst, const void* src, uint64_t bytes) { std::memcpy(dst, src, bytes); }
+void CpuBackend::download(void* dst, const void* src, uint64_t bytes) { std::memcpy(dst, src, bytes); }
+void CpuBackend::copy(void* dst, const void* src, uint64_t bytes) { std::memcpy(dst, src, bytes); }
+
+void CpuBackend::move_rows(void* base, uint64_t row_bytes, int64_t src, int64_t dst, int64_t count) {
+  auto* b = static_cast<uint8_t*>(base);
+  // memmove copies as if through a temporary, which is the contract for overlapping runs.
+  std::memmove(b + static_cast<uint64_t>(dst) * row_bytes, b + static_cast<uint64_t>(src) * row_bytes,
+               static_cast<uint64_t>(count) * row_bytes);
+}
+
+void CpuBackend::execute(const graph::Graph& g, const graph::ExecPlan& plan, size_t begin, size_t end) {
+  const OpContext c{g, plan, pool_, work_};
+  for (size_t i = begin; i < end; ++i) {
+    const Node& n = g.nodes()[i];
+    if (n.dead) continue;
+    auto* out = static_cast<float*>(plan.home(g, static_cast<graph::NodeId>(i)).data);
+    switch (n.op) {
+      case Op::Input:
+      case Op::Weight:
+      case Op::KvRegion:
+      case Op::View:
+      case Op::Reshape:
+        break;
+      case Op::Add: op_add(c, n, out); break;
+      case Op::Mul: op_mul(c, n, out); break;
+      case Op::Scale: op_scale(c, n, out); break;
+      case Op::Silu: op_silu(c, n, out); break;
+      case Op::SwiGLU: op_swiglu(c, n, out); break;
+      case Op::Softmax: op_softmax(c, n, out); break;
+      case Op::RmsNorm: op_rms_norm(c, n, out); break;
+      case Op::QkNorm: op_qk_norm(c, n, out); break;
+      case Op::Rope: op_rope(c, n, out); break;
+      case Op::MatMul: op_matmul(c, n, out); break;
+      case Op::BatchMatMul: op_batch_matmul(c, n, out); break;
+      case Op::FusedQKV: op_fused_qkv(c, n, out); break;
+      case Op::FusedFFN: op_fused_ffn(c, n, out); break;
+      case Op::GetRows: op_get_rows(c, n, out); break;
+      case Op::Attn: op_attn(c, n, out); break;
+      case Op::KvcacheStore: op_kv_store(c, n); break;
+      case Op::KvcacheLoad: op_kv_load(c, n, out); break;
+      case Op::Permute: op_permute(c, n, out); break;
+      default:
+        fail("node {} ({}): no CPU kernel", n.name, graph::op_name(n.op));
+    }
+  }
+}
+
+}  // namespace minfer::cpu

@@ -1,0 +1,153 @@
+// Matrix products: MatMul (weights of every supported type x f32 activations), the fused QKV and
+// FFN ops built from it, BatchMatMul (f32 x f32) and GetRows (embedding gather).
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "cpu/kernels.h"
+#include "quant/quant.h"
+
+namespace minfer::cpu {
+
+using graph::Node;
+
+QuantizedActs quantize_activations(ThreadPool& pool, std::vector<uint8_t>& buf, TensorType w_type,
+                                   const float* x, int64_t k, int64_t n) {
+  const TypeTraits& wt = type_traits(w_type);
+  QuantizedActs q;
+  q.type = wt.vec_dot_type;
+  q.k = k;
+  q.n = n;
+  if (q.type == TensorType::F32) {
+    q.data = reinterpret_cast<const uint8_t*>(x);
+    q.row_bytes = static_cast<size_t>(k) * sizeof(float);
+    return q;
+  }
+  const TypeTraits& at = type_traits(q.type);
+  q.row_bytes = row_bytes(q.type, k);
+  buf.resize(q.row_bytes * static_cast<size_t>(n));
+  uint8_t* dst = buf.data();
+  pool.parallel_for(n, 1, [&](int64_t t0, int64_t t1, int) {
+    for (int64_t t = t0; t < t1; ++t) at.quantize_row(x + t * k, dst + static_cast<size_t>(t) * q.row_bytes, k);
+  });
+  q.data = dst;
+  return q;
+}
+
+void matmul_quantized(ThreadPool& pool, TensorType w_type, const void* w, int64_t m,
+                      const QuantizedActs& xq, float* y, int64_t y_stride) {
+  const TypeTraits& wt = type_traits(w_type);
+  const size_t w_row = row_bytes(w_type, xq.k);
+  const auto* wb = static_cast<const uint8_t*>(w);
+  const VecDotFn dot = wt.vec_dot;
+  // Rows of W in chunks; each thread walks all tokens for its rows (W row stays in cache).
+  pool.parallel_for(m, 16, [&](int64_t j0, int64_t j1, int) {
+    for (int64_t j = j0; j < j1; ++j) {
+      const uint8_t* wr = wb + static_cast<size_t>(j) * w_row;
+      for (int64_t t = 0; t < xq.n; ++t)
+        y[j + t * y_stride] = dot(xq.k, wr, xq.data + static_cast<size_t>(t) * xq.row_bytes);
+    }
+  });
+}
+
+void op_matmul(const OpContext& c, const Node& n, float* out) {
+  const Node& nw = c.src_node(n, 0);
+  const Node& nx = c.src_node(n, 1);
+  const int64_t k = nw.ne[0], m = nw.ne[1];
+  const int64_t n_tok = nx.n_elements() / k;
+  const QuantizedActs xq = quantize_activations(c.pool, c.work, nw.type, c.src(n, 1), k, n_tok);
+  matmul_quantized(c.pool, nw.type, c.plan.src_data(c.g, n, 0), m, xq, out, m);
+}
+
+void op_fused_qkv(const OpContext& c, const Node& n, float* out) {
+  // srcs: x, Wq, Wk, Wv [, bq, bk, bv]. Output planar: q [dq, n], k [dk, n], v [dv, n].
+  const Node& nx = c.src_node(n, 0);
+  const int64_t k = nx.ne[0];
+  const int64_t n_tok = nx.n_elements() / k;
+  std::vector<uint8_t> local;
+  QuantizedActs xq{};
+  float* plane = out;
+  for (int p = 0; p < 3; ++p) {
+    const Node& nw = c.src_node(n, 1 + p);
+    // Re-quantize only when this weight pairs with a different activation type.
+    if (p == 0 || type_traits(nw.type).vec_dot_type != xq.type)
+      xq = quantize_activations(c.pool, p == 0 ? c.work : local, nw.type, c.src(n, 0), k, n_tok);
+    const int64_t m = nw.ne[1];
+    matmul_quantized(c.pool, nw.type, c.plan.src_data(c.g, n, 1 + p), m, xq, plane, m);
+    if (n.p.has_bias) {
+      const float* b = c.src(n, 4 + p);
+      c.pool.parallel_for(n_tok, 4, [&](int64_t a, int64_t e, int) {
+        for (int64_t t = a; t < e; ++t)
+          for (int64_t j = 0; j < m; ++j) plane[t * m + j] += b[j];
+      });
+    }
+    plane += m * n_tok;
+  }
+}
+
+void op_fused_ffn(const OpContext& c, const Node& n, float* out) {
+  // srcs: x, Wgate, Wup, Wdown. out = Wdown^T (silu(Wgate^T x) * (Wup^T x)).
+  const Node& nx = c.src_node(n, 0);
+  const Node& ng = c.src_node(n, 1);
+  const Node& nu = c.src_node(n, 2);
+  const Node& nd = c.src_node(n, 3);
+  const int64_t k = nx.ne[0];
+  const int64_t n_tok = nx.n_elements() / k;
+  const int64_t ff = ng.ne[1];
+  std::vector<float> gate(static_cast<size_t>(ff * n_tok)), up(static_cast<size_t>(ff * n_tok));
+  std::vector<uint8_t> buf2;
+  QuantizedActs xq = quantize_activations(c.pool, c.work, ng.type, c.src(n, 0), k, n_tok);
+  matmul_quantized(c.pool, ng.type, c.plan.src_data(c.g, n, 1), ff, xq, gate.data(), ff);
+  if (type_traits(nu.type).vec_dot_type != xq.type)
+    xq = quantize_activations(c.pool, buf2, nu.type, c.src(n, 0), k, n_tok);
+  matmul_quantized(c.pool, nu.type, c.plan.src_data(c.g, n, 2), ff, xq, up.data(), ff);
+  c.pool.parallel_for(ff * n_tok, 4096, [&](int64_t a, int64_t e, int) {
+    for (int64_t i = a; i < e; ++i) {
+      const float g = gate[static_cast<size_t>(i)];
+      gate[static_cast<size_t>(i)] = g / (1.0f + std::exp(-g)) * up[static_cast<size_t>(i)];
+    }
+  });
+  const QuantizedActs hq = quantize_activations(c.pool, buf2, nd.type, gate.data(), ff, n_tok);
+  matmul_quantized(c.pool, nd.type, c.plan.src_data(c.g, n, 3), nd.ne[1], hq, out, nd.ne[1]);
+}
+
+void op_batch_matmul(const OpContext& c, const Node& n, float* out) {
+  const Node& na = c.src_node(n, 0);
+  const Node& nb = c.src_node(n, 1);
+  const float* a = c.src(n, 0);
+  const float* b = c.src(n, 1);
+  const int64_t k = na.ne[0], m = na.ne[1], nn = nb.ne[1], batches = na.ne[2];
+  c.pool.parallel_for(batches * m, 4, [&](int64_t r0, int64_t r1, int) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t bi = r / m, j = r % m;
+      const float* ar = a + (bi * m + j) * k;
+      for (int64_t t = 0; t < nn; ++t) {
+        const float* br = b + (bi * nn + t) * k;
+        float s = 0.0f;
+        for (int64_t i = 0; i < k; ++i) s += ar[i] * br[i];
+        out[(bi * nn + t) * m + j] = s;
+      }
+    }
+  });
+}
+
+void op_get_rows(const OpContext& c, const Node& n, float* out) {
+  const Node& nt = c.src_node(n, 0);
+  const int32_t* ids = c.src<int32_t>(n, 1);
+  const int64_t d = nt.ne[0], rows = nt.ne[1];
+  const int64_t n_ids = n.ne[1];
+  const auto* table = static_cast<const uint8_t*>(c.plan.src_data(c.g, n, 0));
+  const size_t rb = row_bytes(nt.type, d);
+  const TypeTraits& tt = type_traits(nt.type);
+  for (int64_t t = 0; t < n_ids; ++t)
+    if (ids[t] < 0 || ids[t] >= rows) fail("node {}: row id {} out of range [0, {})", n.name, ids[t], rows);
+  c.pool.parallel_for(n_ids, 1, [&](int64_t t0, int64_t t1, int) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const uint8_t* src = table + static_cast<size_t>(ids[t]) * rb;
+      if (nt.type == TensorType::F32) std::memcpy(out + t * d, src, static_cast<size_t>(d) * sizeof(float));
+      else tt.dequantize_row(src, out + t * d, d);
+    }
+  });
+}
+
+}  // namespace minfer::cpu

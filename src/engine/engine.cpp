@@ -1,0 +1,183 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "cpu/cpu_backend.h"
+
+namespace minfer {
+
+using graph::BackendKind;
+
+namespace {
+constexpr size_t kMaxCachedGraphs = 8;
+}
+
+Batch Batch::sequence(std::span<const int32_t> tokens, int32_t start, int32_t seq, bool all_logits) {
+  Batch b;
+  b.tokens.assign(tokens.begin(), tokens.end());
+  b.positions.resize(tokens.size());
+  b.seq_ids.assign(tokens.size(), seq);
+  b.logits.assign(tokens.size(), all_logits ? 1 : 0);
+  for (size_t i = 0; i < tokens.size(); ++i) b.positions[i] = start + static_cast<int32_t>(i);
+  if (!tokens.empty()) b.logits.back() = 1;
+  return b;
+}
+
+graph::BackendKind parse_device(std::string_view name) {
+  if (name == "cpu") return BackendKind::Cpu;
+  if (name == "cuda" || name == "gpu") return BackendKind::Cuda;
+  fail("device '{}' is not known (use cpu or cuda)", name);
+}
+
+Engine::Engine(std::shared_ptr<const Model> model, const EngineConfig& config)
+    : model_(std::move(model)), cfg_(config) {
+  const HParams& h = model_->hparams();
+  if (cfg_.n_ctx <= 0) cfg_.n_ctx = std::min<int64_t>(h.n_ctx_train, 4096);
+  if (cfg_.n_ctx > h.n_ctx_train)
+    log_warn("context size {} exceeds the model's training context {}", cfg_.n_ctx, h.n_ctx_train);
+  if (cfg_.n_ubatch <= 0) fail("ubatch size {} must be positive", cfg_.n_ubatch);
+  if (cfg_.kv_window_granule <= 0) fail("KV window granule must be positive");
+  backends_[0] = create_backend(BackendKind::Cpu, cfg_.n_threads);
+  if (cfg_.device == BackendKind::Cuda) {
+    backends_[1] = create_backend(BackendKind::Cuda, cfg_.n_threads);
+    for (const graph::WeightTensor& w : model_->weights()) backends_[1]->register_weight(w);
+  }
+  kv_ = std::make_unique<KvCache>(backend(), h.n_layer, h.kv_dim(), cfg_.n_ctx, cfg_.kv_type);
+}
+
+Engine::~Engine() {
+  graphs_.clear();  // prepared graphs reference the backends' pools
+  kv_.reset();
+}
+
+Engine::CachedGraph& Engine::graph_for(const graph::GraphParams& params) {
+  for (auto it = graphs_.begin(); it != graphs_.end(); ++it) {
+    if (it->params == params) {
+      graphs_.splice(graphs_.begin(), graphs_, it);
+      return graphs_.front();
+    }
+  }
+  CachedGraph cg;
+  cg.params = params;
+  graph::Graph g = build_model_graph(*model_, params, cfg_.n_ctx, &cg.io);
+  graph::Backend* bks[2] = {backends_[0].get(), backends_[1].get()};
+  graph::PrepareOptions opt;
+  opt.preferred = cfg_.device;
+  opt.fuse = cfg_.fuse;
+  const KvCache* kv = kv_.get();
+  graph::KvResolver resolver = [kv](BackendKind, int32_t layer, int32_t which) {
+    return kv->region(layer, which);
+  };
+  cg.prepared = std::make_unique<graph::PreparedGraph>(std::move(g), bks, resolver, opt);
+  ++graphs_prepared_;
+  graphs_.push_front(std::move(cg));
+  if (graphs_.size() > kMaxCachedGraphs) graphs_.pop_back();
+  return graphs_.front();
+}
+
+std::vector<float> Engine::forward(const Batch& b) {
+  const size_t n = b.tokens.size();
+  if (b.positions.size() != n || b.seq_ids.size() != n || b.logits.size() != n)
+    fail("batch: tokens ({}), positions ({}), seq_ids ({}) and logits flags ({}) differ in length", n,
+         b.positions.size(), b.seq_ids.size(), b.logits.size());
+  const int64_t n_vocab = model_->hparams().n_vocab;
+  for (size_t i = 0; i < n; ++i)
+    if (b.tokens[i] < 0 || b.tokens[i] >= n_vocab)
+      fail("token id {} at batch index {} is outside the vocabulary [0, {})", b.tokens[i], i, n_vocab);
+  // New tokens must come after what each sequence already holds.
+  std::vector<std::pair<int32_t, int32_t>> last;  // (seq, highest position seen)
+  for (size_t i = 0; i < n; ++i) {
+    auto it = std::find_if(last.begin(), last.end(), [&](const auto& p) { return p.first == b.seq_ids[i]; });
+    if (it == last.end()) {
+      last.emplace_back(b.seq_ids[i], kv_->seq_pos_max(b.seq_ids[i]));
+      it = last.end() - 1;
+    }
+    if (b.positions[i] <= it->second)
+      fail("batch index {}: position {} of sequence {} is not after position {} already processed",
+           i, b.positions[i], b.seq_ids[i], it->second);
+    it->second = b.positions[i];
+  }
+  const int64_t free_cells = cfg_.n_ctx - kv_->n_used();
+  if (static_cast<int64_t>(n) > free_cells)
+    fail("{} tokens do not fit in the context: {} of {} cells are in use (raise the context size with -c)",
+         n, kv_->n_used(), cfg_.n_ctx);
+  std::vector<float> logits;
+  for (size_t begin = 0; begin < n; begin += static_cast<size_t>(cfg_.n_ubatch))
+    run_ubatch(b, begin, std::min(n, begin + static_cast<size_t>(cfg_.n_ubatch)), logits);
+  return logits;
+}
+
+void Engine::run_ubatch(const Batch& b, size_t begin, size_t end, std::vector<float>& logits_out) {
+  const auto nt = static_cast<int32_t>(end - begin);
+  std::span<const int32_t> tokens(b.tokens.data() + begin, end - begin);
+  std::span<const int32_t> pos(b.positions.data() + begin, end - begin);
+  std::span<const int32_t> seq(b.seq_ids.data() + begin, end - begin);
+
+  std::vector<int32_t> out_ids;
+  for (int32_t i = 0; i < nt; ++i)
+    if (b.logits[begin + static_cast<size_t>(i)]) out_ids.push_back(i);
+  const bool want_logits = !out_ids.empty();
+  if (!want_logits) out_ids.push_back(nt - 1);  // the graph always produces one row
+
+  // Cells first: the attention window must cover the new tokens. If the forward fails, the
+  // cells are given back so the cache holds exactly what was processed.
+  std::vector<int32_t> cells;
+  for (size_t i = 0; i < tokens.size(); ++i) cells.push_back(kv_->allocate(seq[i], pos.subspan(i, 1))[0]);
+  try {
+    execute_ubatch(tokens, pos, seq, cells, out_ids, want_logits, logits_out);
+  } catch (...) {
+    kv_->release_cells(cells);
+    throw;
+  }
+}
+
+void Engine::execute_ubatch(std::span<const int32_t> tokens, std::span<const int32_t> pos,
+                            std::span<const int32_t> seq, const std::vector<int32_t>& cells,
+                            const std::vector<int32_t>& out_ids, bool want_logits,
+                            std::vector<float>& logits_out) {
+  const auto nt = static_cast<int32_t>(tokens.size());
+  const int64_t g = cfg_.kv_window_granule;
+  const int64_t n_kv = std::min<int64_t>(cfg_.n_ctx, (kv_->used_extent() + g - 1) / g * g);
+
+  graph::GraphParams params;
+  params.n_tokens = nt;
+  params.n_outputs = static_cast<int32_t>(out_ids.size());
+  params.n_kv = n_kv;
+  params.kv_type = cfg_.kv_type;
+  CachedGraph& cg = graph_for(params);
+  graph::PreparedGraph& pg = *cg.prepared;
+
+  std::vector<int32_t> kv_pos(static_cast<size_t>(n_kv)), kv_seq(static_cast<size_t>(n_kv));
+  const auto& table = kv_->cells();
+  for (int64_t c = 0; c < n_kv; ++c) {
+    kv_pos[static_cast<size_t>(c)] = table[static_cast<size_t>(c)].pos;
+    kv_seq[static_cast<size_t>(c)] = table[static_cast<size_t>(c)].seq;
+  }
+  const auto bytes = [](const auto& v) { return static_cast<uint64_t>(v.size() * sizeof(v[0])); };
+  pg.set_input(cg.io.tokens, tokens.data(), tokens.size() * 4);
+  pg.set_input(cg.io.positions, pos.data(), pos.size() * 4);
+  pg.set_input(cg.io.seq_ids, seq.data(), seq.size() * 4);
+  pg.set_input(cg.io.kv_cells, cells.data(), bytes(cells));
+  pg.set_input(cg.io.kv_pos, kv_pos.data(), bytes(kv_pos));
+  pg.set_input(cg.io.kv_seq, kv_seq.data(), bytes(kv_seq));
+  if (cg.io.out_ids != graph::kNoNode) pg.set_input(cg.io.out_ids, out_ids.data(), bytes(out_ids));
+  pg.execute();
+  if (want_logits) {
+    const size_t n_vocab = static_cast<size_t>(model_->hparams().n_vocab);
+    const size_t old = logits_out.size();
+    logits_out.resize(old + n_vocab * out_ids.size());
+    pg.read_output(cg.io.logits, logits_out.data() + old, n_vocab * out_ids.size() * sizeof(float));
+  }
+}
+
+std::vector<float> Engine::decode(std::span<const int32_t> tokens, bool all_logits) {
+  return forward(Batch::sequence(tokens, n_past(0), 0, all_logits));
+}
+
+void Engine::truncate(int32_t n_keep, int32_t seq) { kv_->remove(seq, n_keep, -1); }
+
+void Engine::reset() { kv_->clear(); }
+
+}  // namespace minfer

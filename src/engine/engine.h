@@ -1,0 +1,105 @@
+// Engine: one model instance with its own backends, KV cache and prepared graphs. It runs
+// batches of tokens (prefill and decode are the same call with different sizes), splitting them
+// into ubatches, and returns logits. Two engines in one process share nothing mutable.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "graph/backend.h"
+#include "graph/scheduler.h"
+#include "kv/kv_cache.h"
+#include "models/model.h"
+#include "models/qwen_graph.h"
+
+namespace minfer {
+
+struct EngineConfig {
+  graph::BackendKind device = graph::BackendKind::Cpu;
+  int n_threads = 0;            ///< CPU threads (0 = default_thread_count())
+  int64_t n_ctx = 0;            ///< KV cells (0 = min(training context, 4096))
+  int32_t n_ubatch = 512;       ///< most tokens per forward graph
+  TensorType kv_type = TensorType::F32;
+  bool fuse = true;             ///< run the FusionPass
+  int64_t kv_window_granule = 256;  ///< attention windows are multiples of this (cells)
+};
+
+/// Tokens to process in one call. Each token has a position and a sequence; `logits[i]` != 0
+/// asks for the logits of token i.
+struct Batch {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> positions;
+  std::vector<int32_t> seq_ids;
+  std::vector<uint8_t> logits;
+
+  /// `tokens` of sequence `seq` at positions start, start+1, ...; logits for the last token
+  /// only, or for all when `all_logits`.
+  static Batch sequence(std::span<const int32_t> tokens, int32_t start, int32_t seq, bool all_logits);
+};
+
+/// Parses "cpu" / "cuda". Throws minfer::Error naming the value.
+graph::BackendKind parse_device(std::string_view name);
+
+class Engine {
+ public:
+  /// Creates backends (the CUDA backend registers every weight), the KV cache (OutOfMemoryError
+  /// when it does not fit) and nothing else; graphs are prepared on first use.
+  Engine(std::shared_ptr<const Model> model, const EngineConfig& config);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  /// Runs the batch. Returns the logits of the flagged tokens, n_vocab floats each, in batch
+  /// order. Throws minfer::Error for an out-of-vocabulary token, a full context, ...
+  std::vector<float> forward(const Batch& batch);
+
+  /// Sequence 0 convenience: appends `tokens` after the tokens already in the cache and returns
+  /// the logits of the last one (or of all of them).
+  std::vector<float> decode(std::span<const int32_t> tokens, bool all_logits = false);
+
+  /// Tokens of sequence 0 in the cache (its next position).
+  int32_t n_past(int32_t seq = 0) const { return kv_->seq_pos_max(seq) + 1; }
+  /// Forgets positions >= n_keep of `seq` (n_keep = 0 clears the sequence).
+  void truncate(int32_t n_keep, int32_t seq = 0);
+  void reset();
+
+  const Model& model() const { return *model_; }
+  const EngineConfig& config() const { return cfg_; }
+  KvCache& kv() { return *kv_; }
+  graph::Backend& backend() { return *backends_[static_cast<size_t>(cfg_.device)]; }
+  int64_t n_ctx() const { return cfg_.n_ctx; }
+  int64_t n_vocab() const { return model_->hparams().n_vocab; }
+
+  /// Number of graphs prepared so far (cache misses), for tests and diagnostics.
+  int64_t graphs_prepared() const { return graphs_prepared_; }
+
+ private:
+  struct CachedGraph {
+    graph::GraphParams params;
+    std::unique_ptr<graph::PreparedGraph> prepared;
+    ModelGraphIO io;
+  };
+  CachedGraph& graph_for(const graph::GraphParams& params);
+  void run_ubatch(const Batch& b, size_t begin, size_t end, std::vector<float>& logits_out);
+  void execute_ubatch(std::span<const int32_t> tokens, std::span<const int32_t> pos,
+                      std::span<const int32_t> seq, const std::vector<int32_t>& cells,
+                      const std::vector<int32_t>& out_ids, bool want_logits,
+                      std::vector<float>& logits_out);
+
+  std::shared_ptr<const Model> model_;
+  EngineConfig cfg_;
+  std::unique_ptr<graph::Backend> backends_[2];
+  std::unique_ptr<KvCache> kv_;
+  std::list<CachedGraph> graphs_;  ///< most recently used first
+  int64_t graphs_prepared_ = 0;
+};
+
+/// Creates the backend of `kind` (threads for the CPU). Throws minfer::Error when CUDA was not
+/// built in, no device is present, or MINFER_DISABLE_CUDA=1.
+std::unique_ptr<graph::Backend> create_backend(graph::BackendKind kind, int n_threads);
+
+}  // namespace minfer

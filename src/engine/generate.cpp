@@ -1,0 +1,124 @@
+#include "engine/generate.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "tokenizer/detokenizer.h"
+
+namespace minfer {
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Length of the longest suffix of `text` that is a proper prefix of some stop string: that much
+// must be held back because it may still become a stop string.
+size_t held_suffix(const std::string& text, const std::vector<std::string>& stops) {
+  size_t hold = 0;
+  for (const std::string& s : stops) {
+    for (size_t len = std::min(s.size() - 1, text.size()); len > hold; --len)
+      if (text.compare(text.size() - len, len, s, 0, len) == 0) {
+        hold = len;
+        break;
+      }
+  }
+  return hold;
+}
+
+}  // namespace
+
+Session::Session(Engine& engine, const tok::Tokenizer& tokenizer) : engine_(engine), tok_(tokenizer) {}
+
+void Session::reset() {
+  engine_.truncate(0);
+  tokens_.clear();
+}
+
+std::vector<float> Session::prefill(std::span<const int32_t> prompt, GenerateStats* stats) {
+  if (prompt.empty()) fail("the prompt is empty (no tokens)");
+  if (static_cast<int64_t>(prompt.size()) >= engine_.n_ctx())
+    fail("the prompt is {} tokens, which does not fit the context size {} (raise it with -c)",
+         prompt.size(), engine_.n_ctx());
+  size_t common = 0;
+  while (common < tokens_.size() && common < prompt.size() && tokens_[common] == prompt[common]) ++common;
+  if (common == prompt.size()) --common;  // recompute the last token for its logits
+  engine_.truncate(static_cast<int32_t>(common));
+  tokens_.resize(common);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<float> logits = engine_.decode(prompt.subspan(common));
+  tokens_.assign(prompt.begin(), prompt.end());
+  if (stats) {
+    stats->reused_tokens = static_cast<int32_t>(common);
+    stats->prompt_tokens = static_cast<int32_t>(prompt.size() - common);
+    stats->prefill_ms = ms_since(t0);
+  }
+  return logits;
+}
+
+std::string Session::generate(std::span<const int32_t> prompt, Sampler& sampler, const GenerateOptions& opt,
+                              const std::function<bool(const std::string&)>& on_text, GenerateStats* stats) {
+  GenerateStats local;
+  GenerateStats& st = stats ? *stats : local;
+  st = GenerateStats{};
+  std::vector<float> logits = prefill(prompt, &st);
+  tok::Detokenizer detok(tok_, false);
+  std::string text;      // all generated text
+  size_t emitted = 0;    // bytes of `text` given to on_text
+  std::vector<int32_t> history(prompt.begin(), prompt.end());
+  const auto emit = [&](size_t upto) {
+    if (upto > emitted) {
+      const bool go_on = !on_text || on_text(text.substr(emitted, upto - emitted));
+      emitted = upto;
+      return go_on;
+    }
+    return true;
+  };
+  for (;;) {
+    if (opt.max_tokens >= 0 && st.generated_tokens >= opt.max_tokens) {
+      st.stop_reason = "length";
+      break;
+    }
+    const int32_t id = sampler.sample(logits, history);
+    if (opt.stop_at_eog && tok_.is_eog(id)) {
+      st.stop_reason = "eog";
+      break;
+    }
+    ++st.generated_tokens;
+    history.push_back(id);
+    text += detok.push(id);
+    // Stop strings: cut at the first occurrence.
+    bool stopped = false;
+    for (const std::string& s : opt.stop) {
+      const size_t at = text.find(s, emitted > s.size() ? emitted - s.size() : 0);
+      if (!s.empty() && at != std::string::npos) {
+        text.resize(at);
+        stopped = true;
+      }
+    }
+    if (stopped) {
+      emit(text.size());
+      st.stop_reason = "stop";
+      break;
+    }
+    if (!emit(text.size() - held_suffix(text, opt.stop))) {
+      st.stop_reason = "cancelled";
+      break;
+    }
+    if (engine_.n_past() + 1 >= engine_.n_ctx()) {
+      st.stop_reason = "context";
+      break;
+    }
+    const int32_t one[1] = {id};
+    const auto t0 = std::chrono::steady_clock::now();
+    logits = engine_.decode(one);
+    st.decode_ms += ms_since(t0);
+    ++st.decoded_tokens;
+    tokens_.push_back(id);
+  }
+  text += detok.flush();
+  emit(text.size());
+  return text;
+}
+
+}  // namespace minfer

@@ -1,0 +1,25 @@
+// FusionPass: rewrites patterns into fused ops where the node's backend supports them.
+//  - Mul(Silu(g), u) -> SwiGLU(g, u)                           (when the Silu has one consumer)
+//  - MatMul(Wd, SwiGLU(MatMul(Wg, x), MatMul(Wu, x))) -> FusedFFN(x, Wg, Wu, Wd)
+//  - MatMul(Wq, x), MatMul(Wk, x), MatMul(Wv, x) [+ bias Adds] -> FusedQKV(x, Wq, Wk, Wv[, bq,
+//    bk, bv]) with a planar output (q rows, then k rows, then v rows, each [dim, n_tokens]);
+//    the former outputs become Views of it.
+// Rewrites happen in place (the earliest node of a pattern becomes the fused op), so the node
+// order stays topological without moving nodes. Replaced nodes are marked dead.
+#pragma once
+
+#include "graph/backend.h"
+#include "graph/graph.h"
+
+namespace minfer::graph {
+
+struct FusionStats {
+  int swiglu = 0;
+  int ffn = 0;
+  int qkv = 0;
+};
+
+/// `backend_for(kind)` answers supports_fused for the node's backend (nullptr = no fusion).
+FusionStats run_fusion_pass(Graph& g, Backend* const backends[2]);
+
+}  // namespace minfer::graph

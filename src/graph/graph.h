@@ -1,0 +1,173 @@
+// The compute graph IR: a list of nodes in topological order (a node's sources always come
+// before it). Builders (src/models) create nodes through the typed helpers below, which check
+// shapes and throw minfer::Error naming the node. Topology is a function of GraphParams alone:
+// token ids, positions, KV cell indices are Input nodes, never structure.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/types.h"
+#include "graph/op.h"
+
+namespace minfer::graph {
+
+using NodeId = int32_t;
+inline constexpr NodeId kNoNode = -1;
+inline constexpr int kMaxSrc = 8;
+using Shape = std::array<int64_t, 4>;  ///< ggml order, unused dims are 1
+
+enum class BackendKind : uint8_t { Cpu = 0, Cuda = 1 };
+std::string_view backend_name(BackendKind k);
+
+/// A model tensor as the graph sees it: name, file type, shape, bytes in place (host memory;
+/// a device backend looks its own copy up by name).
+struct WeightTensor {
+  std::string name;
+  TensorType type = TensorType::F32;
+  Shape ne{1, 1, 1, 1};
+  int n_dims = 1;
+  const uint8_t* data = nullptr;
+  uint64_t nbytes = 0;
+};
+
+/// What an Input node carries; the engine fills each kind before execution.
+enum class InputKind : uint8_t {
+  TokenIds,   ///< i32 [n_tokens]
+  Positions,  ///< i32 [n_tokens] position of each token in its sequence
+  SeqIds,     ///< i32 [n_tokens] sequence of each token
+  KvCells,    ///< i32 [n_tokens] KV cell each token's K/V row is stored in
+  KvPos,      ///< i32 [n_kv] position held by each cell of the window, -1 for an empty cell
+  KvSeq,      ///< i32 [n_kv] sequence of each cell of the window
+  OutIds,     ///< i32 [n_outputs] which token rows produce logits
+  Other,      ///< tests
+};
+
+/// Op parameters; each op reads the fields its doc names.
+struct NodeParams {
+  float eps = 0.0f;          ///< RmsNorm, QkNorm, FusedQkvNorm
+  float scale = 1.0f;        ///< Scale, Softmax, Attn (usually 1/sqrt(head_dim))
+  float rope_theta = 0.0f;   ///< Rope, QkvBiasRopeStore: frequency base
+  int32_t n_rot = 0;         ///< Rope: rotated dims per head (= head_dim for Qwen)
+  int32_t n_head = 0;        ///< Attn, FusedQKV...: query heads
+  int32_t n_head_kv = 0;     ///< Attn...: KV heads (GQA: n_head % n_head_kv == 0)
+  int32_t head_dim = 0;
+  int32_t layer = -1;        ///< KvRegion and KV ops: layer index
+  int32_t kv_which = 0;      ///< KvRegion: 0 = K, 1 = V
+  int64_t n_kv = 0;          ///< Attn, KvcacheLoad: cells in the attention window
+  uint64_t offset = 0;       ///< View: byte offset into src0
+  std::array<int8_t, 4> perm{0, 1, 2, 3};  ///< Permute
+  bool has_bias = false;     ///< FusedQKV, QkvBiasRopeStore
+};
+
+struct Node {
+  Op op = Op::Input;
+  TensorType type = TensorType::F32;  ///< element type of this node's output
+  Shape ne{1, 1, 1, 1};
+  std::array<NodeId, kMaxSrc> src{kNoNode, kNoNode, kNoNode, kNoNode,
+                                  kNoNode, kNoNode, kNoNode, kNoNode};
+  uint8_t n_src = 0;
+  NodeParams p;
+  std::string name;
+  InputKind input = InputKind::Other;   ///< Input nodes
+  const WeightTensor* weight = nullptr;  ///< Weight nodes (owned by the model)
+  BackendKind backend = BackendKind::Cpu;
+  bool is_output = false;  ///< read back by the engine after execution
+  bool dead = false;       ///< removed by a pass; skipped by allocator and scheduler
+
+  int64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
+  /// Bytes of this node's output (block layout of `type`; throws for an unsupported type).
+  uint64_t nbytes() const;
+};
+
+/// Key of a prepared graph: everything the topology depends on.
+struct GraphParams {
+  int32_t n_tokens = 1;      ///< tokens in this ubatch
+  int32_t n_outputs = 1;     ///< rows that produce logits (n_tokens for all, 1 for the last)
+  int64_t n_kv = 256;        ///< attention window (cells), a multiple of the window granule
+  TensorType kv_type = TensorType::F32;
+  bool operator==(const GraphParams&) const = default;
+};
+
+class Graph {
+ public:
+  Graph();
+
+  // ---- leaves ----
+  NodeId input(InputKind kind, TensorType type, Shape ne, std::string name);
+  NodeId weight(const WeightTensor& w);
+  /// A persistent KV region of layer `layer`: [kv_dim, n_ctx] elements of `type`.
+  NodeId kv_region(int32_t layer, int32_t which, TensorType type, int64_t kv_dim, int64_t n_ctx);
+
+  // ---- elementwise ----
+  NodeId add(NodeId a, NodeId b, std::string name);
+  NodeId mul(NodeId a, NodeId b, std::string name);
+  NodeId scale(NodeId a, float s, std::string name);
+  NodeId silu(NodeId a, std::string name);
+  NodeId swiglu(NodeId gate, NodeId up, std::string name);
+
+  // ---- norms, matmul, rope ----
+  NodeId rms_norm(NodeId a, NodeId w, float eps, std::string name);
+  /// a [head_dim * n_head, n] viewed as heads; w [head_dim].
+  NodeId qk_norm(NodeId a, NodeId w, int32_t head_dim, float eps, std::string name);
+  NodeId matmul(NodeId w, NodeId x, std::string name);
+  /// a [head_dim * n_head, n]; pos i32 [n]; neox rotation of the first n_rot dims of each head.
+  NodeId rope(NodeId a, NodeId pos, int32_t head_dim, int32_t n_rot, float theta, std::string name);
+
+  // ---- attention and KV ----
+  /// Causal GQA attention of q [head_dim * n_head, n] over cells [0, n_kv) of the K and V
+  /// regions. A cell c is visible to token t when kv_pos[c] >= 0, kv_seq[c] == seq[t] and
+  /// kv_pos[c] <= pos[t]. Output [head_dim * n_head, n].
+  NodeId attn(NodeId q, NodeId k_region, NodeId v_region, NodeId pos, NodeId seq, NodeId kv_pos,
+              NodeId kv_seq, int32_t n_head, int32_t n_head_kv, int32_t head_dim, int64_t n_kv,
+              float scale, std::string name);
+  /// Stores rows of src [kv_dim, n] into `region` at cells (i32 [n]); converts f32 to the
+  /// region's type. Output aliases the region (a dependency token for later readers).
+  NodeId kv_store(NodeId src, NodeId region, NodeId cells, std::string name);
+  NodeId kv_load(NodeId region, int64_t n_kv, std::string name);
+  NodeId softmax(NodeId a, float scale, std::string name);
+  NodeId batch_matmul(NodeId a, NodeId b, std::string name);
+
+  // ---- layout ----
+  NodeId view(NodeId a, uint64_t offset_bytes, Shape ne, std::string name);
+  NodeId reshape(NodeId a, Shape ne, std::string name);
+  NodeId permute(NodeId a, std::array<int8_t, 4> perm, std::string name);
+  NodeId get_rows(NodeId table, NodeId ids, std::string name);
+
+  /// Appends a node built by a pass (fused ops); sources must already exist.
+  NodeId append(Node n);
+
+  void mark_output(NodeId id);
+
+  const Node& node(NodeId id) const { return nodes_.at(static_cast<size_t>(id)); }
+  Node& node(NodeId id) { return nodes_.at(static_cast<size_t>(id)); }
+  size_t size() const { return nodes_.size(); }
+  const std::vector<Node>& nodes() const { return nodes_; }
+  std::vector<Node>& nodes() { return nodes_; }
+  const std::vector<NodeId>& outputs() const { return outputs_; }
+
+  /// The Input node of a kind (first one), or kNoNode.
+  NodeId find_input(InputKind kind) const;
+
+  /// Unique id of this graph instance (process-wide counter): keys captured device graphs.
+  uint64_t uid() const { return uid_; }
+
+  /// Number of live consumers of each node (dead nodes excluded), indexed by NodeId.
+  std::vector<int> consumer_counts() const;
+
+  /// Checks every live node's sources exist, come earlier, and are live. Throws on violation.
+  void validate() const;
+
+ private:
+  NodeId push(Node n);
+  const Node& src_node(NodeId id, const std::string& user) const;
+
+  std::vector<Node> nodes_;
+  std::vector<NodeId> outputs_;
+  uint64_t uid_;
+};
+
+}  // namespace minfer::graph

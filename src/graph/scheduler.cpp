@@ -1,0 +1,225 @@
+#include "graph/scheduler.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace minfer::graph {
+namespace {
+
+size_t bk(BackendKind k) { return static_cast<size_t>(k); }
+
+}  // namespace
+
+PreparedGraph::PreparedGraph(Graph graph, Backend* const backends[2], const KvResolver& kv,
+                             const PrepareOptions& opt)
+    : graph_(std::move(graph)), backends_{backends[0], backends[1]} {
+  graph_.validate();
+  assign(opt);
+  if (opt.fuse) fusion_ = run_fusion_pass(graph_, backends_);
+  allocate(kv);
+  make_splits();
+}
+
+void PreparedGraph::assign(const PrepareOptions& opt) {
+  auto& nodes = graph_.nodes();
+  const auto consumers_backend = [&](size_t leaf) {
+    // A leaf lives where its first live consumer runs (it was assigned already: consumers
+    // come later, so this is resolved in a second pass below).
+    for (size_t j = leaf + 1; j < nodes.size(); ++j) {
+      const Node& c = nodes[j];
+      if (c.dead) continue;
+      for (int s = 0; s < c.n_src; ++s)
+        if (c.src[static_cast<size_t>(s)] == static_cast<NodeId>(leaf)) return c.backend;
+    }
+    return opt.preferred;
+  };
+  for (Node& n : nodes) {
+    if (n.dead || op_is_leaf(n.op)) continue;
+    n.backend = opt.placement ? opt.placement(graph_, n) : opt.preferred;
+  }
+  // Leaves live where their first consumer runs; aliases live with their source (same buffer).
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    Node& n = nodes[i];
+    if (n.dead) continue;
+    if (op_is_leaf(n.op)) n.backend = consumers_backend(i);
+    if (op_is_alias(n.op)) n.backend = nodes[static_cast<size_t>(n.src[0])].backend;
+  }
+  for (Node& n : nodes) {
+    if (n.dead) continue;
+    Backend* b = backends_[bk(n.backend)];
+    if (b == nullptr)
+      fail("node {} ({}): assigned to the {} backend, which this engine does not have", n.name,
+           op_name(n.op), backend_name(n.backend));
+    if (op_is_leaf(n.op)) continue;
+    const std::string why = b->unsupported_reason(graph_, n);
+    if (!why.empty())
+      fail("node {} ({}): cannot run on {}: {}", n.name, op_name(n.op), backend_name(n.backend), why);
+  }
+}
+
+void PreparedGraph::allocate(const KvResolver& kv) {
+  const auto& nodes = graph_.nodes();
+  const size_t n_nodes = nodes.size();
+  plan_.refs.assign(n_nodes, {});
+
+  // Root of each node's storage (aliases and KV stores share their source's buffer).
+  std::vector<NodeId> root(n_nodes);
+  for (size_t i = 0; i < n_nodes; ++i) {
+    const Node& n = nodes[i];
+    root[i] = static_cast<NodeId>(i);
+    if (n.dead) continue;
+    if (op_is_alias(n.op)) root[i] = root[static_cast<size_t>(n.src[0])];
+    if (n.op == Op::KvcacheStore) root[i] = root[static_cast<size_t>(n.src[1])];
+  }
+  // Last reader of each root (outputs and inputs stay allocated for the whole graph).
+  std::vector<int64_t> last_use(n_nodes, -1);
+  for (size_t i = 0; i < n_nodes; ++i) {
+    const Node& n = nodes[i];
+    if (n.dead) continue;
+    last_use[static_cast<size_t>(root[i])] = std::max<int64_t>(last_use[static_cast<size_t>(root[i])], static_cast<int64_t>(i));
+    for (int s = 0; s < n.n_src; ++s) {
+      const auto r = static_cast<size_t>(root[static_cast<size_t>(n.src[static_cast<size_t>(s)])]);
+      last_use[r] = std::max<int64_t>(last_use[r], static_cast<int64_t>(i));
+    }
+  }
+  for (size_t i = 0; i < n_nodes; ++i) {
+    const Node& n = nodes[i];
+    if (!n.dead && (n.is_output || n.op == Op::Input)) last_use[static_cast<size_t>(root[i])] = static_cast<int64_t>(n_nodes);
+  }
+
+  // Pool buffers taken by this plan; every one is released back to the pool at the end of
+  // planning: prepared graphs of one engine share scratch memory, which is safe because one
+  // engine executes one graph at a time and reads its outputs before the next execution.
+  std::vector<std::vector<size_t>> release_at(n_nodes + 1);
+
+  for (size_t i = 0; i < n_nodes; ++i) {
+    const Node& n = nodes[i];
+    if (n.dead) continue;
+    TensorRef& ref = plan_.refs[i][bk(n.backend)];
+    Backend* b = backends_[bk(n.backend)];
+    if (n.op == Op::Weight) {
+      ref.data = const_cast<void*>(b->weight_data(*n.weight));
+      ref.nbytes = n.weight->nbytes;
+    } else if (n.op == Op::KvRegion) {
+      ref = kv(n.backend, n.p.layer, n.p.kv_which);
+      if (ref.data == nullptr) fail("node {}: KV region has no buffer", n.name);
+      if (ref.nbytes < n.nbytes())
+        fail("node {}: KV region buffer holds {} bytes, the graph needs {}", n.name, ref.nbytes, n.nbytes());
+    } else if (op_is_alias(n.op) || n.op == Op::KvcacheStore) {
+      const size_t src = static_cast<size_t>(n.src[n.op == Op::KvcacheStore ? 1 : 0]);
+      const TensorRef& s = plan_.refs[src][bk(nodes[src].backend)];
+      ref = s;
+      ref.nbytes = n.nbytes();
+      if (n.op == Op::View) {
+        ref.data = static_cast<uint8_t*>(s.data) + n.p.offset;
+        ref.offset = s.offset + n.p.offset;
+      }
+    } else {
+      const uint64_t bytes = n.nbytes();
+      const int32_t id = b->alloc_buffer(bytes);
+      ref.buffer = id;
+      ref.data = b->buffer_ptr(id);
+      ref.nbytes = bytes;
+      const int64_t lu = last_use[i];
+      release_at[static_cast<size_t>(std::max<int64_t>(lu, static_cast<int64_t>(i)))].push_back(i);
+    }
+    // Free buffers whose last reader is this node (after this node's own allocation, so an
+    // op never receives one of its inputs' buffers as its output).
+    for (size_t r : release_at[i]) {
+      const TensorRef& rr = plan_.refs[r][bk(nodes[r].backend)];
+      backends_[bk(nodes[r].backend)]->release_buffer(rr.buffer);
+    }
+  }
+  for (size_t r : release_at[n_nodes]) {
+    const TensorRef& rr = plan_.refs[r][bk(nodes[r].backend)];
+    backends_[bk(nodes[r].backend)]->release_buffer(rr.buffer);
+  }
+}
+
+void PreparedGraph::make_splits() {
+  const auto& nodes = graph_.nodes();
+  splits_.clear();
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    if (n.dead || op_is_leaf(n.op)) continue;
+    if (splits_.empty() || splits_.back().backend != n.backend) {
+      if (!splits_.empty()) splits_.back().end = i;
+      splits_.push_back(Split{n.backend, i, nodes.size(), {}});
+    }
+  }
+  // Cross-backend reads: give the source a mirror on the reader's backend, copied before the
+  // reader's split. Mirrors are allocated for the life of the plan (rare: mixed graphs only).
+  for (Split& sp : splits_) {
+    for (size_t i = sp.begin; i < sp.end; ++i) {
+      const Node& n = nodes[i];
+      if (n.dead) continue;
+      for (int s = 0; s < n.n_src; ++s) {
+        const auto src = static_cast<size_t>(n.src[static_cast<size_t>(s)]);
+        const Node& sn = nodes[src];
+        if (sn.backend == n.backend || sn.op == Op::Weight) continue;
+        TensorRef& mirror = plan_.refs[src][bk(n.backend)];
+        if (mirror.data != nullptr) continue;
+        if (sn.op == Op::KvRegion) fail("node {}: reads KV region {} across backends", n.name, sn.name);
+        Backend* b = backends_[bk(n.backend)];
+        mirror.nbytes = sn.nbytes();
+        mirror.buffer = b->alloc_buffer(mirror.nbytes);
+        mirror.data = b->buffer_ptr(mirror.buffer);
+        sp.copies.push_back(CrossCopy{static_cast<NodeId>(src), sn.backend, n.backend});
+      }
+    }
+  }
+  // Weights read on a backend other than their leaf's: resolve there too.
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    if (n.dead) continue;
+    for (int s = 0; s < n.n_src; ++s) {
+      const auto src = static_cast<size_t>(n.src[static_cast<size_t>(s)]);
+      if (nodes[src].op != Op::Weight) continue;
+      TensorRef& r = plan_.refs[src][bk(n.backend)];
+      if (r.data == nullptr) {
+        r.data = const_cast<void*>(backends_[bk(n.backend)]->weight_data(*nodes[src].weight));
+        r.nbytes = nodes[src].weight->nbytes;
+      }
+    }
+  }
+}
+
+void PreparedGraph::set_input(NodeId id, const void* data, uint64_t bytes) {
+  const Node& n = graph_.node(id);
+  if (n.op != Op::Input) fail("set_input: node {} is not an input", n.name);
+  if (bytes != n.nbytes()) fail("set_input: node {} takes {} bytes, got {}", n.name, n.nbytes(), bytes);
+  // An input read by another backend: write both copies.
+  for (size_t k = 0; k < 2; ++k) {
+    const TensorRef& r = plan_.refs[static_cast<size_t>(id)][k];
+    if (r.data != nullptr) backends_[k]->upload(r.data, data, bytes);
+  }
+}
+
+void PreparedGraph::execute() {
+  for (size_t s = 0; s < splits_.size(); ++s) {
+    const Split& sp = splits_[s];
+    for (const CrossCopy& c : sp.copies) {
+      // Input nodes were written to every copy by set_input.
+      if (graph_.node(c.node).op == Op::Input) continue;
+      const TensorRef& from = plan_.refs[static_cast<size_t>(c.node)][bk(c.from)];
+      const TensorRef& to = plan_.refs[static_cast<size_t>(c.node)][bk(c.to)];
+      staging_.resize(from.nbytes);
+      backends_[bk(c.from)]->download(staging_.data(), from.data, from.nbytes);
+      backends_[bk(c.to)]->upload(to.data, staging_.data(), from.nbytes);
+    }
+    Backend* b = backends_[bk(sp.backend)];
+    b->execute(graph_, plan_, sp.begin, sp.end);
+    b->synchronize();
+  }
+}
+
+void PreparedGraph::read_output(NodeId id, void* dst, uint64_t bytes) {
+  const Node& n = graph_.node(id);
+  const TensorRef& r = plan_.home(graph_, id);
+  if (bytes > r.nbytes) fail("read_output: node {} holds {} bytes, asked for {}", n.name, r.nbytes, bytes);
+  backends_[bk(n.backend)]->download(dst, r.data, bytes);
+}
+
+}  // namespace minfer::graph

@@ -1,0 +1,148 @@
+#include "kv/kv_cache.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "quant/quant.h"
+
+namespace minfer {
+
+TensorType parse_kv_type(std::string_view name) {
+  if (name == "f32") return TensorType::F32;
+  if (name == "f16") return TensorType::F16;
+  if (name == "q8_0") return TensorType::Q8_0;
+  fail("KV cache type '{}' is not supported (use f32, f16 or q8_0)", name);
+}
+
+KvCache::KvCache(graph::Backend& backend, int64_t n_layer, int64_t kv_dim, int64_t n_ctx, TensorType type)
+    : backend_(backend), n_layer_(n_layer), kv_dim_(kv_dim), n_ctx_(n_ctx), type_(type) {
+  if (type != TensorType::F32 && type != TensorType::F16 && type != TensorType::Q8_0)
+    fail("KV cache type {} is not supported (use f32, f16 or q8_0)", type_name(type));
+  if (n_ctx <= 0 || n_layer <= 0 || kv_dim <= 0)
+    fail("KV cache: invalid geometry (layers {}, kv_dim {}, cells {})", n_layer, kv_dim, n_ctx);
+  row_bytes_ = row_bytes(type, kv_dim);
+  cells_.resize(static_cast<size_t>(n_ctx));
+  buffers_.reserve(static_cast<size_t>(2 * n_layer));
+  for (int64_t i = 0; i < 2 * n_layer; ++i) {
+    const int32_t id = backend_.alloc_buffer(row_bytes_ * static_cast<uint64_t>(n_ctx));
+    buffers_.push_back(id);
+  }
+}
+
+KvCache::~KvCache() {
+  // The regions go back to the pool (the pool itself frees memory only on destruction).
+  for (int32_t id : buffers_) backend_.release_buffer(id);
+}
+
+uint64_t KvCache::bytes() const { return row_bytes_ * static_cast<uint64_t>(n_ctx_) * 2 * static_cast<uint64_t>(n_layer_); }
+
+graph::TensorRef KvCache::region(int64_t layer, int32_t which) const {
+  if (layer < 0 || layer >= n_layer_ || (which != 0 && which != 1))
+    fail("KV cache: no region for layer {} / {}", layer, which);
+  graph::TensorRef r;
+  r.buffer = buffers_[static_cast<size_t>(layer * 2 + which)];
+  r.data = backend_.buffer_ptr(r.buffer);
+  r.nbytes = row_bytes_ * static_cast<uint64_t>(n_ctx_);
+  return r;
+}
+
+int64_t KvCache::n_used() const {
+  return std::count_if(cells_.begin(), cells_.end(), [](const Cell& c) { return c.pos >= 0; });
+}
+
+int64_t KvCache::used_extent() const {
+  for (int64_t i = n_ctx_ - 1; i >= 0; --i)
+    if (cells_[static_cast<size_t>(i)].pos >= 0) return i + 1;
+  return 0;
+}
+
+std::vector<int32_t> KvCache::allocate(int32_t seq, std::span<const int32_t> positions) {
+  const auto n = static_cast<int64_t>(positions.size());
+  std::vector<int32_t> out;
+  if (n == 0) return out;
+  const int64_t free_cells = n_ctx_ - n_used();
+  if (n > free_cells)
+    fail("KV cache is full: {} tokens need cells, {} of {} are free (raise the context size with -c)",
+         n, free_cells, n_ctx_);
+  out.reserve(static_cast<size_t>(n));
+  // First fit of a contiguous run (keeps attention windows short and rows in order).
+  int64_t run_start = -1;
+  for (int64_t i = 0, len = 0; i < n_ctx_; ++i) {
+    if (cells_[static_cast<size_t>(i)].pos < 0) {
+      if (++len == n) {
+        run_start = i - n + 1;
+        break;
+      }
+    } else {
+      len = 0;
+    }
+  }
+  if (run_start >= 0) {
+    for (int64_t i = 0; i < n; ++i) out.push_back(static_cast<int32_t>(run_start + i));
+  } else {
+    for (int64_t i = 0; i < n_ctx_ && static_cast<int64_t>(out.size()) < n; ++i)
+      if (cells_[static_cast<size_t>(i)].pos < 0) out.push_back(static_cast<int32_t>(i));
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (positions[static_cast<size_t>(i)] < 0) fail("KV cache: negative position {}", positions[static_cast<size_t>(i)]);
+    cells_[static_cast<size_t>(out[static_cast<size_t>(i)])] = Cell{positions[static_cast<size_t>(i)], seq};
+  }
+  return out;
+}
+
+void KvCache::remove(int32_t seq, int32_t p0, int32_t p1) {
+  for (Cell& c : cells_) {
+    if (c.pos < 0 || (seq >= 0 && c.seq != seq)) continue;
+    if (c.pos >= p0 && (p1 < 0 || c.pos < p1)) c = Cell{};
+  }
+}
+
+void KvCache::release_cells(std::span<const int32_t> cells) {
+  for (int32_t c : cells)
+    if (c >= 0 && c < n_ctx_) cells_[static_cast<size_t>(c)] = Cell{};
+}
+
+void KvCache::clear() { std::fill(cells_.begin(), cells_.end(), Cell{}); }
+
+int32_t KvCache::seq_pos_max(int32_t seq) const {
+  int32_t m = -1;
+  for (const Cell& c : cells_)
+    if (c.pos >= 0 && c.seq == seq) m = std::max(m, c.pos);
+  return m;
+}
+
+std::vector<KvCache::Move> KvCache::plan_compaction() const {
+  std::vector<Move> moves;
+  int64_t dst = 0;
+  for (int64_t i = 0; i < n_ctx_; ++i) {
+    if (cells_[static_cast<size_t>(i)].pos < 0) continue;
+    if (i != dst) {
+      if (!moves.empty() && moves.back().src + moves.back().count == i &&
+          moves.back().dst + moves.back().count == dst)
+        moves.back().count++;
+      else
+        moves.push_back(Move{i, dst, 1});
+    }
+    ++dst;
+  }
+  return moves;
+}
+
+std::vector<KvCache::Move> KvCache::compact() {
+  const std::vector<Move> moves = plan_compaction();
+  // Each move goes to a lower index and moves are in ascending order, so a run never
+  // overwrites rows a later move still has to read; within a run the backend moves
+  // overlapping rows in the safe order.
+  for (const Move& m : moves) {
+    for (int64_t l = 0; l < n_layer_; ++l)
+      for (int32_t which = 0; which < 2; ++which)
+        backend_.move_rows(region(l, which).data, row_bytes_, m.src, m.dst, m.count);
+    for (int64_t r = 0; r < m.count; ++r) {
+      cells_[static_cast<size_t>(m.dst + r)] = cells_[static_cast<size_t>(m.src + r)];
+      cells_[static_cast<size_t>(m.src + r)] = Cell{};
+    }
+  }
+  return moves;
+}
+
+}  // namespace minfer

@@ -1,0 +1,82 @@
+// The KV cache of one engine: per layer a K region and a V region of n_ctx cells (rows of
+// kv_dim elements in f32, f16 or q8_0), persistent buffers on the engine's backend, and the
+// cell table saying which (sequence, position) each cell holds. New tokens get cells from
+// free runs; removing tokens leaves holes that compact() closes by moving rows.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "graph/backend.h"
+
+namespace minfer {
+
+/// Parses a KV format name: "f32", "f16", "q8_0". Throws minfer::Error naming the value.
+TensorType parse_kv_type(std::string_view name);
+
+class KvCache {
+ public:
+  struct Cell {
+    int32_t pos = -1;  ///< -1: empty
+    int32_t seq = -1;
+  };
+  /// A move of `count` consecutive cells' rows from `src` to `dst` (all layers, K and V).
+  struct Move {
+    int64_t src = 0, dst = 0, count = 0;
+  };
+
+  /// Allocates the regions on `backend`. Throws OutOfMemoryError when they do not fit, and
+  /// minfer::Error for an unsupported type or kv_dim not a multiple of the type's block size.
+  KvCache(graph::Backend& backend, int64_t n_layer, int64_t kv_dim, int64_t n_ctx, TensorType type);
+  ~KvCache();
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
+
+  int64_t n_ctx() const { return n_ctx_; }
+  int64_t n_layer() const { return n_layer_; }
+  int64_t kv_dim() const { return kv_dim_; }
+  TensorType type() const { return type_; }
+  /// Bytes of all regions (2 x n_layer x n_ctx rows).
+  uint64_t bytes() const;
+
+  /// Where region (layer, which = 0 K / 1 V) lives.
+  graph::TensorRef region(int64_t layer, int32_t which) const;
+
+  const std::vector<Cell>& cells() const { return cells_; }
+  int64_t n_used() const;
+  /// 1 + the highest occupied cell (0 when empty): the attention window must cover this.
+  int64_t used_extent() const;
+
+  /// Finds cells for tokens of `seq` at `positions` (contiguous run first, else the first free
+  /// cells), marks them used and returns their indices. Throws minfer::Error when fewer than
+  /// positions.size() cells are free.
+  std::vector<int32_t> allocate(int32_t seq, std::span<const int32_t> positions);
+
+  /// Empties the cells of `seq` (-1: every sequence) whose position is in [p0, p1) (p1 < 0: to
+  /// the end).
+  void remove(int32_t seq, int32_t p0, int32_t p1);
+  void clear();
+  /// Empties the given cells (undoes an allocate()).
+  void release_cells(std::span<const int32_t> cells);
+
+  /// Highest position held for `seq`, -1 when none.
+  int32_t seq_pos_max(int32_t seq) const;
+
+  /// Plans the moves that pack the occupied cells to the front, keeping their order. Moves are
+  /// runs; each goes to a lower index, and executing them in the returned order is safe even
+  /// when a run overlaps its own destination (rows are copied in ascending order).
+  std::vector<Move> plan_compaction() const;
+  /// Executes plan_compaction() on the regions and the cell table. Returns the moves done.
+  std::vector<Move> compact();
+
+ private:
+  graph::Backend& backend_;
+  int64_t n_layer_, kv_dim_, n_ctx_;
+  TensorType type_;
+  uint64_t row_bytes_;
+  std::vector<int32_t> buffers_;  ///< [layer * 2 + which]
+  std::vector<Cell> cells_;
+};
+
+}  // namespace minfer

@@ -1,0 +1,177 @@
+#include "models/model.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "quant/quant.h"
+#include "tokenizer/tokenizer.h"
+
+namespace minfer {
+namespace {
+
+std::string shape_str(const graph::Shape& ne, int n_dims) {
+  std::string s = "[";
+  for (int i = 0; i < n_dims; ++i) s += (i ? ", " : "") + std::to_string(ne[static_cast<size_t>(i)]);
+  return s + "]";
+}
+
+}  // namespace
+
+Model::~Model() = default;
+
+std::shared_ptr<Model> Model::load(const std::string& path) { return from_file(gguf::GgufFile::open(path)); }
+
+std::shared_ptr<Model> Model::from_file(std::unique_ptr<gguf::GgufFile> file) {
+  std::shared_ptr<Model> m(new Model());
+  m->file_ = std::move(file);
+  m->index_weights();
+  m->read_hparams();
+  m->check_tensors();
+  if (m->file_->find("tokenizer.ggml.tokens") != nullptr)
+    m->tokenizer_ = std::make_unique<tok::Tokenizer>(tok::vocab_from_gguf(*m->file_));
+  return m;
+}
+
+void Model::index_weights() {
+  const auto& infos = file_->tensors();
+  weights_.reserve(infos.size());
+  for (const auto& ti : infos) {
+    graph::WeightTensor w;
+    w.name = ti.name;
+    w.type = ti.type;
+    w.n_dims = static_cast<int>(ti.n_dims);
+    for (int i = 0; i < 4; ++i) w.ne[static_cast<size_t>(i)] = ti.ne[i];
+    w.data = ti.data;
+    w.nbytes = ti.nbytes;
+    by_name_.emplace(w.name, weights_.size());
+    weights_.push_back(std::move(w));
+  }
+}
+
+void Model::read_hparams() {
+  const gguf::GgufFile& f = *file_;
+  const std::string_view arch = f.require_string("general.architecture");
+  hp_.arch_name = std::string(arch);
+  if (arch == "qwen2") {
+    hp_.arch = Arch::Qwen2;
+    hp_.has_qkv_bias = true;
+  } else if (arch == "qwen3") {
+    hp_.arch = Arch::Qwen3;
+    hp_.has_qk_norm = true;
+  } else {
+    fail("{}: architecture '{}' is not supported (supported: qwen2, qwen3)", f.path(), arch);
+  }
+  if (auto name = f.get_string("general.name")) hp_.name = std::string(*name);
+  const auto key = [&](const char* suffix) { return hp_.arch_name + "." + suffix; };
+  const auto positive = [&](const std::string& k, int64_t v, int64_t max) {
+    if (v <= 0 || v > max) fail("{}: metadata {} = {} is out of range (1..{})", f.path(), k, v, max);
+    return v;
+  };
+  hp_.n_embd = positive(key("embedding_length"), f.require_u32(key("embedding_length")), 1 << 20);
+  hp_.n_layer = positive(key("block_count"), f.require_u32(key("block_count")), 4096);
+  hp_.n_ff = positive(key("feed_forward_length"), f.require_u32(key("feed_forward_length")), 1 << 22);
+  hp_.n_head = positive(key("attention.head_count"), f.require_u32(key("attention.head_count")), 4096);
+  hp_.n_head_kv = hp_.n_head;
+  if (auto v = f.get_u32(key("attention.head_count_kv")))
+    hp_.n_head_kv = positive(key("attention.head_count_kv"), *v, 4096);
+  hp_.n_ctx_train = positive(key("context_length"), f.require_u32(key("context_length")), int64_t{1} << 30);
+  hp_.head_dim = hp_.n_embd / hp_.n_head;
+  if (auto v = f.get_u32(key("attention.key_length"))) hp_.head_dim = positive(key("attention.key_length"), *v, 1024);
+  if (auto v = f.get_u32(key("attention.value_length")); v && *v != hp_.head_dim)
+    fail("{}: {} = {} differs from key_length {} (not supported)", f.path(), key("attention.value_length"), *v, hp_.head_dim);
+  hp_.n_rot = hp_.head_dim;
+  if (auto v = f.get_u32(key("rope.dimension_count"))) hp_.n_rot = positive(key("rope.dimension_count"), *v, hp_.head_dim);
+  if (hp_.n_head % hp_.n_head_kv != 0)
+    fail("{}: head_count {} is not a multiple of head_count_kv {}", f.path(), hp_.n_head, hp_.n_head_kv);
+  if (hp_.n_rot % 2 != 0) fail("{}: rope dimension {} is odd", f.path(), hp_.n_rot);
+  if (auto v = f.get_f32(key("rope.freq_base"))) hp_.rope_theta = *v;
+  if (!(hp_.rope_theta > 0.0f) || !std::isfinite(hp_.rope_theta))
+    fail("{}: {} = {} is not a positive number", f.path(), key("rope.freq_base"), hp_.rope_theta);
+  if (auto v = f.get_f32(key("attention.layer_norm_rms_epsilon"))) hp_.rms_eps = *v;
+  if (!(hp_.rms_eps > 0.0f) || !(hp_.rms_eps < 1.0f))
+    fail("{}: {} = {} is out of range", f.path(), key("attention.layer_norm_rms_epsilon"), hp_.rms_eps);
+  const graph::WeightTensor& embd = weight("token_embd.weight");
+  hp_.n_vocab = embd.ne[1];
+  hp_.tied_output = find_weight("output.weight") == nullptr;
+}
+
+const graph::WeightTensor* Model::find_weight(const std::string& name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : &weights_[it->second];
+}
+
+const graph::WeightTensor& Model::weight(const std::string& name) const {
+  const auto* w = find_weight(name);
+  if (w == nullptr) fail("{}: missing tensor {}", file_->path(), name);
+  return *w;
+}
+
+const graph::WeightTensor& Model::output_weight() const {
+  return hp_.tied_output ? weight("token_embd.weight") : weight("output.weight");
+}
+
+void Model::check_tensors() const {
+  const HParams& h = hp_;
+  const auto expect = [&](const std::string& name, std::initializer_list<int64_t> shape, bool matrix) {
+    const graph::WeightTensor& w = weight(name);
+    graph::Shape want{1, 1, 1, 1};
+    size_t i = 0;
+    for (int64_t v : shape) want[i++] = v;
+    if (w.ne != want)
+      fail("{}: tensor {} has shape {}, expected {}", file_->path(), name, shape_str(w.ne, w.n_dims),
+           shape_str(want, static_cast<int>(shape.size())));
+    const TypeTraits* t = find_type_traits(w.type);
+    if (t == nullptr || t->vec_dot == nullptr)
+      fail("{}: tensor {} has type {}, which minfer does not support", file_->path(), name, type_name(w.type));
+    if (!matrix && w.type != TensorType::F32)
+      fail("{}: tensor {} (a norm or bias) has type {}, expected f32", file_->path(), name, type_name(w.type));
+  };
+  expect("token_embd.weight", {h.n_embd, h.n_vocab}, true);
+  expect("output_norm.weight", {h.n_embd}, false);
+  if (!h.tied_output) expect("output.weight", {h.n_embd, h.n_vocab}, true);
+  for (int64_t l = 0; l < h.n_layer; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    expect(p + "attn_norm.weight", {h.n_embd}, false);
+    expect(p + "attn_q.weight", {h.n_embd, h.q_dim()}, true);
+    expect(p + "attn_k.weight", {h.n_embd, h.kv_dim()}, true);
+    expect(p + "attn_v.weight", {h.n_embd, h.kv_dim()}, true);
+    expect(p + "attn_output.weight", {h.q_dim(), h.n_embd}, true);
+    if (h.has_qkv_bias) {
+      expect(p + "attn_q.bias", {h.q_dim()}, false);
+      expect(p + "attn_k.bias", {h.kv_dim()}, false);
+      expect(p + "attn_v.bias", {h.kv_dim()}, false);
+    }
+    if (h.has_qk_norm) {
+      expect(p + "attn_q_norm.weight", {h.head_dim}, false);
+      expect(p + "attn_k_norm.weight", {h.head_dim}, false);
+    }
+    expect(p + "ffn_norm.weight", {h.n_embd}, false);
+    expect(p + "ffn_gate.weight", {h.n_embd, h.n_ff}, true);
+    expect(p + "ffn_up.weight", {h.n_embd, h.n_ff}, true);
+    expect(p + "ffn_down.weight", {h.n_ff, h.n_embd}, true);
+  }
+}
+
+uint64_t Model::weight_bytes() const {
+  uint64_t s = 0;
+  for (const auto& w : weights_) s += w.nbytes;
+  return s;
+}
+
+uint64_t Model::n_params() const {
+  uint64_t s = 0;
+  for (const auto& w : weights_) s += static_cast<uint64_t>(w.ne[0] * w.ne[1] * w.ne[2] * w.ne[3]);
+  return s;
+}
+
+std::string size_class(uint64_t n_params) {
+  const double n = static_cast<double>(n_params);
+  if (n >= 1e9) {
+    std::string s = fmt::format("{:.1f}", n / 1e9);
+    if (s.size() > 2 && s.compare(s.size() - 2, 2, ".0") == 0) s.resize(s.size() - 2);
+    return s + "B";
+  }
+  return fmt::format("{:.0f}M", n / 1e6);
+}
+
+}  // namespace minfer

@@ -1,0 +1,97 @@
+// A loaded model: hyper-parameters from GGUF metadata, weights used in place from the mapped
+// file, and the tokenizer. Qwen2 and Qwen3 differ only in data (flags and tensor names), so one
+// loader and one graph builder serve both.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "graph/graph.h"
+
+namespace minfer {
+
+enum class Arch { Qwen2, Qwen3 };
+
+/// Hyper-parameters, read from the GGUF keys "<arch>.*" (llama.cpp's names, e.g.
+/// qwen2.embedding_length). Qwen2 config: q/k/v biases, no q/k norm; Qwen3 config: q/k RMS
+/// norm, explicit head dim (key_length), no biases.
+struct HParams {
+  Arch arch = Arch::Qwen2;
+  std::string arch_name;        ///< "qwen2" / "qwen3"
+  std::string name;             ///< general.name when present
+  int64_t n_vocab = 0;          ///< rows of token_embd
+  int64_t n_embd = 0;
+  int64_t n_layer = 0;
+  int64_t n_head = 0;
+  int64_t n_head_kv = 0;
+  int64_t head_dim = 0;         ///< key_length, or n_embd / n_head
+  int64_t n_ff = 0;
+  int64_t n_ctx_train = 0;
+  int64_t n_rot = 0;            ///< rope.dimension_count, or head_dim
+  float rope_theta = 10000.0f;
+  float rms_eps = 1e-6f;
+  bool has_qkv_bias = false;
+  bool has_qk_norm = false;
+  bool tied_output = false;     ///< no output.weight: token_embd is the output matrix
+
+  int64_t q_dim() const { return n_head * head_dim; }
+  int64_t kv_dim() const { return n_head_kv * head_dim; }
+};
+
+namespace tok {
+class Tokenizer;
+}
+
+class Model {
+ public:
+  /// Loads `path`: parses the GGUF, reads the hyper-parameters, checks every tensor the
+  /// architecture needs exists with the expected shape and a supported type, and builds the
+  /// tokenizer when the file has one. Throws minfer::Error naming the file and the tensor / key
+  /// (unsupported architecture, missing tensor, wrong shape, unsupported type).
+  static std::shared_ptr<Model> load(const std::string& path);
+
+  /// Builds a model over an already-opened file (tests).
+  static std::shared_ptr<Model> from_file(std::unique_ptr<gguf::GgufFile> file);
+
+  ~Model();
+
+  const HParams& hparams() const { return hp_; }
+  const gguf::GgufFile& file() const { return *file_; }
+  const std::string& path() const { return file_->path(); }
+
+  /// A tensor by GGUF name; throws minfer::Error "<file>: missing tensor <name>".
+  const graph::WeightTensor& weight(const std::string& name) const;
+  const graph::WeightTensor* find_weight(const std::string& name) const;
+  const std::vector<graph::WeightTensor>& weights() const { return weights_; }
+
+  /// The output projection: output.weight, or token_embd.weight when tied.
+  const graph::WeightTensor& output_weight() const;
+
+  /// The tokenizer, or nullptr when the file has no tokenizer metadata.
+  const tok::Tokenizer* tokenizer() const { return tokenizer_.get(); }
+
+  /// Total bytes of tensor data.
+  uint64_t weight_bytes() const;
+  /// Number of parameters (elements of all tensors).
+  uint64_t n_params() const;
+
+ private:
+  Model() = default;
+  void read_hparams();
+  void index_weights();
+  void check_tensors() const;
+
+  std::unique_ptr<gguf::GgufFile> file_;
+  HParams hp_;
+  std::vector<graph::WeightTensor> weights_;
+  std::map<std::string, size_t, std::less<>> by_name_;
+  std::unique_ptr<tok::Tokenizer> tokenizer_;
+};
+
+/// Human size class of a model from its parameter count, e.g. "0.5B", "7B" (llama-bench style).
+std::string size_class(uint64_t n_params);
+
+}  // namespace minfer

@@ -1,0 +1,88 @@
+// `minfer chat`: interactive multi-turn chat. Each turn re-renders the conversation with the
+// chat template, and the Session reuses the KV cache for the part that is already there, so only
+// the new turn is processed. Works with piped stdin (one user message per line).
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "commands.h"
+#include "core/error.h"
+#include "engine/generate.h"
+#include "options.h"
+#include "chat/chat.h"
+
+namespace minfer::cli {
+namespace {
+
+struct ChatArgs {
+  ModelArgs model;
+  SamplingArgs sampling;
+  std::string system;
+  std::string chat_template;
+  int32_t n_predict = 1024;
+  bool think = false;
+  bool no_think = false;
+};
+
+void chat(const ChatArgs& a) {
+  LoadedModel lm = load_model(a.model);
+  const tok::Tokenizer& tk = *lm.model->tokenizer();
+  Sampler sampler(a.sampling.params());
+  Session session(*lm.engine, tk);
+  const bool interactive = isatty(STDIN_FILENO) == 1;
+  const chat::ChatTemplate tmpl(chat::select_chat_template(tk.chat_template(), a.chat_template, a.model.model));
+  const chat::ChatOptions copt = chat_options(a.think, a.no_think);
+  std::vector<chat::ChatMessage> msgs;
+  if (!a.system.empty()) msgs.push_back({"system", a.system});
+  if (interactive) std::fprintf(stderr, "minfer chat: type a message, /reset to start over, /exit to quit\n");
+  std::string line;
+  for (;;) {
+    if (interactive) {
+      std::fputs("> ", stdout);
+      std::fflush(stdout);
+    }
+    if (!std::getline(std::cin, line)) break;
+    if (line == "/exit" || line == "/quit") break;
+    if (line == "/reset") {
+      msgs.resize(a.system.empty() ? 0 : 1);
+      session.reset();
+      std::fputs("(conversation reset)\n", stdout);
+      continue;
+    }
+    if (line.empty()) continue;
+    msgs.push_back({"user", line});
+    const std::string text = tmpl.render(msgs, copt);
+    const std::vector<int32_t> ids = tk.encode(text, true, true);
+    GenerateOptions opt;
+    opt.max_tokens = a.n_predict;
+    GenerateStats st;
+    const std::string reply = session.generate(ids, sampler, opt, [](const std::string& piece) {
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+      return true;
+    }, &st);
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+    msgs.push_back({"assistant", reply});
+    std::fprintf(stderr, "minfer: prompt %d new tokens (%d reused), %.1f t/s | generated %d tokens, %.1f t/s\n",
+                 st.prompt_tokens, st.reused_tokens, st.prefill_tps(), st.generated_tokens, st.decode_tps());
+  }
+}
+
+}  // namespace
+
+void add_chat_command(CLI::App& app) {
+  auto args = std::make_shared<ChatArgs>();
+  auto* cmd = app.add_subcommand("chat", "Interactive multi-turn chat (also reads piped stdin, one message per line)");
+  args->model.add(cmd);
+  args->sampling.add(cmd);
+  cmd->add_option("--system", args->system, "system prompt");
+  cmd->add_option("--chat-template", args->chat_template, "override the chat template: chatml, or a Jinja template text");
+  cmd->add_option("-n,--n-predict", args->n_predict, "most tokens per reply")->capture_default_str();
+  cmd->add_flag("--think", args->think, "Qwen3: enable_thinking=true (the template's default when neither flag is given)");
+  cmd->add_flag("--no-think", args->no_think, "Qwen3: enable_thinking=false (an empty think block)");
+  cmd->callback([args] { chat(*args); });
+}
+
+}  // namespace minfer::cli

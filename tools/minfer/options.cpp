@@ -1,0 +1,85 @@
+#include "options.h"
+
+#include <random>
+
+#include "core/env.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "quant/quant.h"
+
+namespace minfer::cli {
+
+void ModelArgs::add(CLI::App* cmd) {
+  cmd->add_option("-m,--model", model, "GGUF model file")->required();
+  cmd->add_option("--device", device, "cpu or cuda")->capture_default_str();
+  cmd->add_option("-t,--threads", threads, "CPU threads (default: all cores)");
+  cmd->add_option("-c,--ctx-size", ctx, "context size in tokens (default: min(training context, 4096))");
+  cmd->add_option("-u,--ubatch-size", ubatch, "most tokens per forward pass")->capture_default_str();
+  cmd->add_option("--cache-type", cache_type, "KV cache format: f32, f16 or q8_0 (default: $MINFER_CACHE_TYPE or f16)");
+}
+
+EngineConfig ModelArgs::engine_config() const {
+  EngineConfig c;
+  c.device = parse_device(device);
+  c.n_threads = threads;
+  if (ctx < 0) fail("context size {} is negative", ctx);
+  c.n_ctx = ctx;
+  c.n_ubatch = ubatch;
+  std::string kv = cache_type.empty() ? env_string("MINFER_CACHE_TYPE") : cache_type;
+  if (kv.empty()) kv = "f16";
+  c.kv_type = parse_kv_type(kv);
+  return c;
+}
+
+void SamplingArgs::add(CLI::App* cmd) {
+  cmd->add_option("--temp", temp, "temperature (0: greedy)")->capture_default_str();
+  cmd->add_option("--top-k", top_k, "top-k (0: off)")->capture_default_str();
+  cmd->add_option("--top-p", top_p, "top-p (1: off)")->capture_default_str();
+  cmd->add_option("--min-p", min_p, "min-p (0: off)")->capture_default_str();
+  cmd->add_option("--repeat-penalty", repeat_penalty, "repetition penalty (1: off)")->capture_default_str();
+  cmd->add_option("--presence-penalty", presence_penalty, "presence penalty")->capture_default_str();
+  cmd->add_option("--frequency-penalty", frequency_penalty, "frequency penalty")->capture_default_str();
+  cmd->add_option("--repeat-last-n", repeat_last_n, "tokens the penalties look back over")->capture_default_str();
+  cmd->add_option("-s,--seed", seed, "sampling seed (-1: random)")->capture_default_str();
+}
+
+SamplerParams SamplingArgs::params() const {
+  SamplerParams p;
+  p.temp = temp;
+  p.top_k = top_k;
+  p.top_p = top_p;
+  p.min_p = min_p;
+  p.repeat_penalty = repeat_penalty;
+  p.presence_penalty = presence_penalty;
+  p.frequency_penalty = frequency_penalty;
+  p.penalty_last_n = repeat_last_n;
+  p.seed = seed < 0 ? std::random_device{}() : static_cast<uint64_t>(seed);
+  validate(p);
+  return p;
+}
+
+chat::ChatOptions chat_options(bool think, bool no_think) {
+  if (think && no_think) fail("--think and --no-think contradict each other");
+  chat::ChatOptions o;
+  o.add_generation_prompt = true;
+  if (think) o.enable_thinking = true;
+  if (no_think) o.enable_thinking = false;
+  return o;
+}
+
+LoadedModel load_model(const ModelArgs& args) {
+  LoadedModel lm;
+  const EngineConfig cfg = args.engine_config();
+  lm.model = Model::load(args.model);
+  const Model& m = *lm.model;
+  if (m.tokenizer() == nullptr) fail("{}: the file has no tokenizer (tokenizer.ggml.* metadata)", args.model);
+  lm.engine = std::make_unique<Engine>(lm.model, cfg);
+  const HParams& h = m.hparams();
+  log_info("loaded {} ({} {}, {} params, {:.1f} MiB) on {}, context {}, KV {}",
+           h.name.empty() ? args.model : h.name, h.arch_name, size_class(m.n_params()),
+           m.n_params(), static_cast<double>(m.weight_bytes()) / (1024.0 * 1024.0),
+           lm.engine->backend().describe(), lm.engine->n_ctx(), type_name(cfg.kv_type));
+  return lm;
+}
+
+}  // namespace minfer::cli
