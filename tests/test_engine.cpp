@@ -1,0 +1,320 @@
+// Engine-level gates on the CPU: batch/ubatch invariance (bitwise), KV formats within their
+// tolerance classes, multi-sequence KV compaction, multi-turn chat reuse, and the errors a user
+// can provoke (missing tensor, wrong shape, unsupported architecture, context overflow).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "chat/chat.h"
+#include "core/error.h"
+#include "cpu/cpu_backend.h"
+#include "gguf/gguf.h"
+#include "engine/engine.h"
+#include "engine/generate.h"
+#include "models/model.h"
+#include "sampling/sampler.h"
+#include "test_util.h"
+#include "tiny_model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace minfer {
+namespace {
+
+std::shared_ptr<Model> tiny(const test::TinyModelSpec& spec, const std::string& name) {
+  const auto path = (test::temp_dir() / (name + ".gguf")).string();
+  test::write_tiny_model(path, spec);
+  return Model::load(path);
+}
+
+EngineConfig cpu_config(TensorType kv = TensorType::F32, int32_t ubatch = 512) {
+  EngineConfig c;
+  c.n_threads = 2;
+  c.n_ctx = 512;
+  c.kv_type = kv;
+  c.n_ubatch = ubatch;
+  return c;
+}
+
+std::vector<int32_t> greedy(Engine& e, std::vector<float> logits, int n) {
+  std::vector<int32_t> out;
+  for (int i = 0; i < n; ++i) {
+    out.push_back(argmax(logits));
+    const int32_t one[1] = {out.back()};
+    logits = e.decode(one);
+  }
+  return out;
+}
+
+const std::vector<int32_t> kPrompt = {11, 200, 37, 5, 480, 99, 123, 7, 310, 42, 1, 77, 256, 8, 9, 300, 17};
+
+class TypedIdentity : public ::testing::TestWithParam<std::pair<std::string, TensorType>> {};
+
+TEST_P(TypedIdentity, OneBatchUbatchesAndTokenByTokenGiveBitwiseEqualLogits) {
+  test::TinyModelSpec spec;
+  spec.arch = GetParam().first;
+  spec.type = GetParam().second;
+  auto model = tiny(spec, "m");
+  Engine whole(model, cpu_config());
+  Engine split(model, cpu_config(TensorType::F32, 5));
+  Engine single(model, cpu_config());
+  const auto a = whole.decode(kPrompt, /*all_logits=*/true);
+  const auto b = split.decode(kPrompt, true);
+  std::vector<float> c;
+  for (int32_t t : kPrompt) {
+    const int32_t one[1] = {t};
+    const auto l = single.decode(one);
+    c.insert(c.end(), l.begin(), l.end());
+  }
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_EQ(a.size(), c.size());
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "ubatch of 5 differs from one batch";
+  EXPECT_EQ(0, std::memcmp(a.data(), c.data(), a.size() * 4)) << "token by token differs from one batch";
+  // Logits are not flat (the model is usable for these gates).
+  float mn = a[0], mx = a[0];
+  for (size_t i = 0; i < static_cast<size_t>(whole.n_vocab()); ++i) mn = std::min(mn, a[i]), mx = std::max(mx, a[i]);
+  EXPECT_GT(mx - mn, 1.0f);
+  // And greedy continuations agree.
+  const size_t nv = static_cast<size_t>(whole.n_vocab());
+  std::vector<float> last(a.end() - static_cast<std::ptrdiff_t>(nv), a.end());
+  EXPECT_EQ(greedy(whole, last, 16), greedy(single, last, 16));
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, TypedIdentity,
+                         ::testing::Values(std::pair{std::string("qwen2"), TensorType::Q8_0},
+                                           std::pair{std::string("qwen2"), TensorType::Q4_0},
+                                           std::pair{std::string("qwen2"), TensorType::Q4_1},
+                                           std::pair{std::string("qwen2"), TensorType::Q5_0},
+                                           std::pair{std::string("qwen2"), TensorType::Q5_1},
+                                           std::pair{std::string("qwen3"), TensorType::Q4_K},
+                                           std::pair{std::string("qwen3"), TensorType::Q5_K},
+                                           std::pair{std::string("qwen3"), TensorType::Q6_K},
+                                           std::pair{std::string("qwen3"), TensorType::F16},
+                                           std::pair{std::string("qwen3"), TensorType::BF16},
+                                           std::pair{std::string("qwen2"), TensorType::F32}),
+                         [](const auto& param_info) {
+                           return param_info.param.first + "_" + std::string(type_name(param_info.param.second));
+                         });
+
+// KV format tolerance classes, measured against the f32 cache on the trained demo model over
+// 300 tokens of held-out Python (the tiny random fixture models are too sensitive to rounding to
+// say anything about a format). Named classes:
+//   f16:  max |d logit| <= kF16MaxAbs,  top-1 equal wherever the f32 top-1/top-2 margin > 0.2
+//   q8_0: max |d logit| <= kQ80MaxAbs,  top-1 equal wherever the f32 margin > 0.5
+struct KvClass {
+  TensorType type;
+  double max_abs;
+  double margin;
+};
+// Measured 2026-11-30: f16 0.26, q8_0 0.29 (max over all 300 positions x 151936 logits; the
+// logits' std is ~3). The limits leave about 2x headroom; a layout or rounding bug moves whole
+// logits by units and flips top-1s.
+constexpr double kF16MaxAbs = 0.5;
+constexpr double kQ80MaxAbs = 0.6;
+
+TEST(KvFormats, F16AndQ8_0StayWithinTheirToleranceClasses) {
+  MINFER_REQUIRE_SHARED("models/minfer-demo-py-q8_0.gguf");
+  MINFER_REQUIRE_SHARED("models/reference/val.txt");
+  auto model = Model::load(test::shared_path("models/minfer-demo-py-q8_0.gguf").string());
+  const auto bytes = test::read_bytes(test::shared_path("models/reference/val.txt"));
+  std::vector<int32_t> prompt = model->tokenizer()->encode(std::string(bytes.begin(), bytes.end()), false, false);
+  prompt.resize(300);
+  Engine ref(model, cpu_config(TensorType::F32));
+  const auto base = ref.decode(prompt, true);
+  const size_t nv = static_cast<size_t>(ref.n_vocab());
+  for (const KvClass& k : {KvClass{TensorType::F16, kF16MaxAbs, 0.2}, KvClass{TensorType::Q8_0, kQ80MaxAbs, 0.5}}) {
+    Engine e(model, cpu_config(k.type));
+    const auto got = e.decode(prompt, true);
+    double max_abs = 0.0;
+    int flips = 0, checked = 0;
+    for (size_t t = 0; t < prompt.size(); ++t) {
+      std::span<const float> r(base.data() + t * nv, nv), g(got.data() + t * nv, nv);
+      for (size_t v = 0; v < nv; ++v) max_abs = std::max(max_abs, std::abs(static_cast<double>(r[v] - g[v])));
+      std::vector<float> sorted(r.begin(), r.end());
+      std::nth_element(sorted.begin(), sorted.begin() + 1, sorted.end(), std::greater<>());
+      if (sorted[0] - sorted[1] > k.margin) {
+        ++checked;
+        flips += argmax(r) != argmax(g);
+      }
+    }
+    std::printf("[ kv ] %s: max |d logit| %.4f, top-1 flips %d of %d clear positions\n",
+                std::string(type_name(k.type)).c_str(), max_abs, flips, checked);
+    EXPECT_LE(max_abs, k.max_abs) << type_name(k.type);
+    EXPECT_EQ(flips, 0) << type_name(k.type);
+    EXPECT_GT(checked, 100);
+  }
+}
+
+TEST(KvCompaction, RemovingASequenceAndCompactingKeepsTheOtherBitwise) {
+  test::TinyModelSpec spec;
+  auto model = tiny(spec, "m");
+  // Engine A holds two interleaved sequences; engine B only ever sees sequence 1.
+  Engine a(model, cpu_config());
+  Engine b(model, cpu_config());
+  Batch mixed;
+  for (int32_t i = 0; i < 10; ++i) {
+    for (int32_t s = 0; s < 2; ++s) {
+      mixed.tokens.push_back(kPrompt[static_cast<size_t>(i)] + s);
+      mixed.positions.push_back(i);
+      mixed.seq_ids.push_back(s);
+      mixed.logits.push_back(0);
+    }
+  }
+  a.forward(mixed);
+  std::vector<int32_t> seq1;
+  for (int32_t i = 0; i < 10; ++i) seq1.push_back(kPrompt[static_cast<size_t>(i)] + 1);
+  b.forward(Batch::sequence(seq1, 0, 1, false));
+  a.kv().remove(0, 0, -1);
+  const auto moves = a.kv().compact();
+  EXPECT_FALSE(moves.empty());
+  EXPECT_EQ(a.kv().used_extent(), 10);
+  const int32_t next[1] = {321};
+  const auto la = a.forward(Batch::sequence(next, 10, 1, false));
+  const auto lb = b.forward(Batch::sequence(next, 10, 1, false));
+  ASSERT_EQ(la.size(), lb.size());
+  EXPECT_EQ(0, std::memcmp(la.data(), lb.data(), la.size() * 4));
+}
+
+TEST(KvCompaction, PlanMovesRunsDownInOrder) {
+  cpu::CpuBackend cpu(1);
+  KvCache kv(cpu, 1, 32, 16, TensorType::F32);
+  const int32_t p[6] = {0, 1, 2, 3, 4, 5};
+  kv.allocate(0, std::span(p, 6));  // cells 0..5
+  kv.remove(0, 1, 3);               // holes at 1, 2
+  // Mark each row with its cell index, then compact and check the rows moved with their cells.
+  auto* k = static_cast<float*>(kv.region(0, 0).data);
+  for (int c = 0; c < 16; ++c) k[c * 32] = static_cast<float>(c);
+  const auto moves = kv.compact();
+  ASSERT_EQ(moves.size(), 1u);
+  EXPECT_EQ(moves[0].src, 3);
+  EXPECT_EQ(moves[0].dst, 1);
+  EXPECT_EQ(moves[0].count, 3);
+  EXPECT_EQ(k[1 * 32], 3.0f);
+  EXPECT_EQ(k[2 * 32], 4.0f);
+  EXPECT_EQ(k[3 * 32], 5.0f);
+  EXPECT_EQ(kv.cells()[3].pos, 5);
+  EXPECT_EQ(kv.cells()[4].pos, -1);
+}
+
+void expect_error(const std::function<void()>& f, const std::vector<std::string>& needles) {
+  try {
+    f();
+    ADD_FAILURE() << "expected minfer::Error";
+  } catch (const Error& e) {
+    for (const auto& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
+  }
+}
+
+TEST(ModelErrors, MissingTensorIsNamed) {
+  test::TinyModelSpec spec;
+  spec.omit_tensor = "blk.1.ffn_up.weight";
+  expect_error([&] { tiny(spec, "m"); }, {"missing tensor blk.1.ffn_up.weight"});
+}
+
+TEST(ModelErrors, WrongShapeIsNamedWithBothShapes) {
+  test::TinyModelSpec spec;
+  spec.wrong_shape_tensor = "blk.0.attn_k.weight";
+  expect_error([&] { tiny(spec, "m"); }, {"blk.0.attn_k.weight", "[256, 129]", "expected [256, 128]"});
+}
+
+TEST(ModelErrors, UnsupportedArchitectureIsNamed) {
+  test::TinyModelSpec spec;
+  spec.arch = "llama";
+  expect_error([&] { tiny(spec, "m"); }, {"architecture 'llama' is not supported"});
+}
+
+TEST(ModelErrors, UnsupportedWeightTypeIsNamed) {
+  test::TinyModelSpec spec;
+  spec.type = TensorType::Q8_0;
+  const auto path = (test::temp_dir() / "m.gguf").string();
+  test::write_tiny_model(path, spec);
+  // Rewrite one tensor's type id in place: Q8_0 (8) -> Q2_K (10) is not supported. Find it via
+  // the reader and patch the type field of its info record.
+  auto f = gguf::GgufFile::open(path);
+  ASSERT_NE(f->find_tensor("blk.0.attn_q.weight"), nullptr);
+  f.reset();
+  // Simpler and robust: write a model whose q weight is q2_K-typed bytes of the right size.
+  gguf::GgufWriter w;
+  auto src = gguf::GgufFile::open(path);
+  for (const auto& kv : src->metadata()) w.set_value(kv.key, kv.value);
+  for (const auto& t : src->tensors()) {
+    std::vector<int64_t> ne(t.ne, t.ne + t.n_dims);
+    if (t.name == "blk.0.attn_q.weight") {
+      int64_t bs;
+      size_t bb;
+      ASSERT_TRUE(type_block_layout(TensorType::Q2_K, &bs, &bb));
+      std::vector<uint8_t> bytes(static_cast<size_t>(t.n_elements() / bs) * bb);
+      w.add_tensor_bytes(t.name, TensorType::Q2_K, ne, bytes);
+    } else {
+      w.add_tensor_bytes(t.name, t.type, ne, std::span(t.data, t.nbytes));
+    }
+  }
+  const auto path2 = (test::temp_dir() / "m2.gguf").string();
+  w.write(path2);
+  expect_error([&] { Model::load(path2); }, {"blk.0.attn_q.weight", "q2_K", "not support"});
+}
+
+TEST(EngineErrors, ContextOverflowAndBadTokensAreErrorsAndLeaveTheCacheIntact) {
+  test::TinyModelSpec spec;
+  auto model = tiny(spec, "m");
+  EngineConfig cfg = cpu_config();
+  cfg.n_ctx = 16;
+  Engine e(model, cfg);
+  e.decode(std::vector<int32_t>(kPrompt.begin(), kPrompt.begin() + 10));
+  expect_error([&] { e.decode(std::vector<int32_t>(7, 3)); }, {"do not fit in the context", "10 of 16"});
+  EXPECT_EQ(e.n_past(), 10);
+  const int32_t bad[1] = {100000};
+  expect_error([&] { e.decode(bad); }, {"token id 100000", "outside the vocabulary"});
+  EXPECT_EQ(e.n_past(), 10);
+  const int32_t ok[1] = {3};
+  EXPECT_NO_THROW(e.decode(ok));
+  EXPECT_EQ(e.n_past(), 11);
+}
+
+TEST(EngineErrors, SessionRejectsAPromptLongerThanTheContext) {
+  MINFER_REQUIRE_SHARED("models/minfer-demo-py-q8_0.gguf");
+  auto model = Model::load(test::shared_path("models/minfer-demo-py-q8_0.gguf").string());
+  EngineConfig cfg = cpu_config();
+  cfg.n_ctx = 32;
+  Engine e(model, cfg);
+  Session s(e, *model->tokenizer());
+  expect_error([&] { s.prefill(std::vector<int32_t>(40, 100), nullptr); },
+               {"prompt is 40 tokens", "context size 32"});
+}
+
+// Multi-turn chat: turn 2 computed incrementally (KV reuse) equals a fresh run over the whole
+// conversation, greedy.
+TEST(Chat, SecondTurnWithCacheReuseEqualsAFreshRun) {
+  MINFER_REQUIRE_SHARED("models/minfer-demo-py-q8_0.gguf");
+  auto model = Model::load(test::shared_path("models/minfer-demo-py-q8_0.gguf").string());
+  const tok::Tokenizer& tk = *model->tokenizer();
+  const chat::ChatTemplate tmpl(chat::select_chat_template(tk.chat_template(), "", "demo"));
+  chat::ChatOptions opt;
+  SamplerParams greedy_params;
+  greedy_params.temp = 0.0f;
+  GenerateOptions gen;
+  gen.max_tokens = 24;
+
+  Engine e1(model, cpu_config(TensorType::F16));
+  Session s1(e1, tk);
+  Sampler sampler1(greedy_params);
+  std::vector<chat::ChatMessage> msgs = {{"user", "def add(a, b):"}};
+  const std::string reply1 = s1.generate(tk.encode(tmpl.render(msgs, opt), true, true), sampler1, gen, {}, nullptr);
+  msgs.push_back({"assistant", reply1});
+  msgs.push_back({"user", "class Stack:"});
+  GenerateStats st;
+  const std::string reply2 = s1.generate(tk.encode(tmpl.render(msgs, opt), true, true), sampler1, gen, {}, &st);
+  EXPECT_GT(st.reused_tokens, 5);  // the first turn was not recomputed
+
+  Engine e2(model, cpu_config(TensorType::F16));
+  Session s2(e2, tk);
+  Sampler sampler2(greedy_params);
+  GenerateStats st2;
+  const std::string fresh = s2.generate(tk.encode(tmpl.render(msgs, opt), true, true), sampler2, gen, {}, &st2);
+  EXPECT_EQ(st2.reused_tokens, 0);
+  EXPECT_EQ(reply2, fresh);
+  EXPECT_FALSE(fresh.empty());
+}
+
+}  // namespace
+}  // namespace minfer
