@@ -9,5 +9,6 @@ namespace minfer::cli {
 
 void add_env_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
+void add_tokenize_command(CLI::App& app);
 
 }  // namespace minfer::cli

@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "minfer 0.1.0");
   minfer::cli::add_env_command(app);
   minfer::cli::add_inspect_command(app);
+  minfer::cli::add_tokenize_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
