@@ -46,6 +46,27 @@ TEST(TokenizerFixture, EveryQwen2VectorMatchesLlamaCpp) {
   }
 }
 
+TEST(TokenizerFixture, ExtraQwen2VectorsMatchLlamaCppWithAndWithoutParseSpecial) {
+  MINFER_REQUIRE_SHARED(kVocab);
+  auto data = [](const char* name) {
+    const auto b = test::read_bytes(std::string(MINFER_SOURCE_DIR) + "/tests/data/tokenizer/" + name);
+    return std::string(b.begin(), b.end());
+  };
+  const auto inputs = test::read_vocab_test_inputs(data("qwen2-extra.inp"));
+  const auto plain = test::read_vocab_test_outputs(data("qwen2-extra.out"));
+  const auto special = test::read_vocab_test_outputs(data("qwen2-extra.out-special"));
+  ASSERT_EQ(inputs.size(), 208u);
+  ASSERT_EQ(plain.size(), inputs.size());
+  ASSERT_EQ(special.size(), inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    EXPECT_EQ(qwen2().encode(inputs[i], false, false), plain[i]) << "string " << i << ": '" << inputs[i] << "'";
+    EXPECT_EQ(qwen2().encode(inputs[i], false, true), special[i]) << "string " << i << " (parse_special)";
+    if (utf8_is_valid(inputs[i])) {
+      EXPECT_EQ(qwen2().decode(plain[i]), inputs[i]) << "string " << i;
+    }
+  }
+}
+
 TEST(TokenizerFixture, TokenizerJsonMadeFromTheGgufVocabEncodesTheSame) {
   MINFER_REQUIRE_SHARED(kVocab);
   const VocabData gguf_vocab = vocab_from_gguf(*gguf::GgufFile::open(test::shared_path(kVocab).string()));
