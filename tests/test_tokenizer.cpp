@@ -78,6 +78,20 @@ TEST(PreTokenizer, LongRunsOfOneClassDoNotHitTheJitStackLimit) {
   EXPECT_EQ(split(letters), (Words{letters}));
 }
 
+TEST(PreTokenizer, SplittingInBatchesGivesTheSameWords) {
+  PreTokenizerRegex re(PreTokenizer::Qwen2);
+  const std::string text = "Hello world, it's 2024!\n\n  Tabs\tand \u00A0spaces   end  ";
+  std::vector<std::string_view> all;
+  re.split(text, all);
+  for (size_t batch : {size_t{1}, size_t{2}, size_t{5}}) {
+    std::vector<std::string_view> got;
+    size_t calls = 0;
+    for (size_t pos = 0; pos < text.size(); ++calls) pos = re.split_some(text, pos, got, batch);
+    EXPECT_EQ(got, all) << "batch " << batch;
+    EXPECT_GE(calls, all.size() / batch) << "batch " << batch;
+  }
+}
+
 // ids 0..255 are bytes; merges give 256, 257, ...
 const std::vector<std::pair<std::string, std::string>> kMerges = {
     {"l", "l"},      // 256 "ll"

@@ -3,6 +3,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <cstdint>
 #include <memory>
 
 #include "core/error.h"
@@ -84,37 +85,48 @@ PreTokenizerRegex::PreTokenizerRegex(PreTokenizer kind) : kind_(kind) {
 PreTokenizerRegex::~PreTokenizerRegex() { pcre2_code_free(static_cast<pcre2_code*>(code_)); }
 
 void PreTokenizerRegex::split(std::string_view text, std::vector<std::string_view>& words) const {
-  if (text.empty()) return;
+  size_t pos = 0;
+  while (pos < text.size()) pos = split_some(text, pos, words, SIZE_MAX);
+}
+
+size_t PreTokenizerRegex::split_some(std::string_view text, size_t pos,
+                                     std::vector<std::string_view>& words, size_t max_words) const {
   thread_local JitStack jit;
   if (!jit.mctx || !jit.stack) fail("pre-tokenizer: cannot allocate the PCRE2 JIT stack");
-  std::unique_ptr<pcre2_match_data, void (*)(pcre2_match_data*)> md(
+  thread_local std::unique_ptr<pcre2_match_data, void (*)(pcre2_match_data*)> md(
       pcre2_match_data_create(1, nullptr), pcre2_match_data_free);
   if (!md) fail("pre-tokenizer: cannot allocate PCRE2 match data");
   auto* code = static_cast<const pcre2_code*>(code_);
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-  size_t pos = 0;
-  while (pos < text.size()) {
+  size_t n = 0;
+  while (pos < text.size() && n < max_words) {
     const int rc = pcre2_jit_match(code, subject, text.size(), pos, 0, md.get(), jit.mctx);
     if (rc == PCRE2_ERROR_NOMATCH) {
       words.push_back(text.substr(pos));  // text after the last match
-      return;
+      return text.size();
     }
     if (rc < 0) fail("pre-tokenizer: PCRE2 match failed at byte {}: {}", pos, pcre2_message(rc));
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md.get());
     const size_t start = ov[0], end = ov[1];
-    if (start > pos) words.push_back(text.substr(pos, start - pos));  // unmatched gap
+    if (start > pos) {
+      words.push_back(text.substr(pos, start - pos));  // unmatched gap
+      ++n;
+    }
     if (end == start) {
       // An empty match cannot happen with these patterns; step over one character anyway so
       // the loop always advances.
       size_t next = start + 1;
       while (next < text.size() && (static_cast<uint8_t>(text[next]) & 0xC0) == 0x80) ++next;
       words.push_back(text.substr(start, next - start));
+      ++n;
       pos = next;
       continue;
     }
     words.push_back(text.substr(start, end - start));
+    ++n;
     pos = end;
   }
+  return pos;
 }
 
 }  // namespace minfer::tok

@@ -32,6 +32,15 @@ class PreTokenizerRegex {
   /// error (e.g. its JIT stack limit).
   void split(std::string_view text, std::vector<std::string_view>& words) const;
 
+  /// Incremental form of split(): appends the words that start at byte `pos` of `text`, at most
+  /// `max_words` of them, and returns the byte offset where the next call should continue
+  /// (text.size() when done). Lets a caller process a long text in batches.
+  size_t split_some(std::string_view text, size_t pos, std::vector<std::string_view>& words,
+                    size_t max_words) const;
+
+  /// Which pattern this is.
+  PreTokenizer kind() const { return kind_; }
+
  private:
   void* code_ = nullptr;  // pcre2_code_8*
   PreTokenizer kind_;

@@ -120,11 +120,14 @@ struct Tokenizer::Impl {
         clean = utf8_sanitize(t);
         t = clean;
       }
-      words.clear();
-      regex->split(t, words);
-      for (std::string_view w : words) {
-        if (cached) bpe->encode_word(w, out);
-        else bpe->encode_word_uncached(w, out);
+      // Batches of words keep the working set small on long texts.
+      for (size_t pos = 0; pos < t.size();) {
+        words.clear();
+        pos = regex->split_some(t, pos, words, 4096);
+        for (std::string_view w : words) {
+          if (cached) bpe->encode_word(w, out);
+          else bpe->encode_word_uncached(w, out);
+        }
       }
     }
     if (add_special && data.add_eos) out.push_back(data.eos_id);

@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   minfer::cli::add_inspect_command(app);
   minfer::cli::add_run_command(app);
   minfer::cli::add_chat_command(app);
+  minfer::cli::add_tokenize_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
