@@ -16,7 +16,7 @@ nlohmann::ordered_json to_json(const std::vector<ChatMessage>& messages) {
 
 ChatTemplate::ChatTemplate(std::string_view source) {
   if (source == kChatmlName) return;
-  check(!source.empty(), "the chat template is empty (use --chat-template chatml for ChatML)");
+  MINFER_CHECK(!source.empty(), "the chat template is empty (use --chat-template chatml for ChatML)");
   try {
     tmpl_ = std::make_unique<jinja::Template>(source);
   } catch (const Error& e) {
@@ -28,17 +28,17 @@ ChatTemplate::ChatTemplate(ChatTemplate&&) noexcept = default;
 ChatTemplate& ChatTemplate::operator=(ChatTemplate&&) noexcept = default;
 
 std::string ChatTemplate::render(const nlohmann::ordered_json& messages, const ChatOptions& opt) const {
-  check(messages.is_array(), "chat messages must be a JSON array, not {}", messages.type_name());
+  MINFER_CHECK(messages.is_array(), "chat messages must be a JSON array, not {}", messages.type_name());
   for (size_t i = 0; i < messages.size(); ++i) {
     const auto& m = messages[i];
-    check(m.is_object() && m.contains("role") && m["role"].is_string(),
+    MINFER_CHECK(m.is_object() && m.contains("role") && m["role"].is_string(),
           "chat message {} needs a string \"role\"", i);
   }
   if (!tmpl_) {
     std::vector<ChatMessage> plain;
     for (size_t i = 0; i < messages.size(); ++i) {
       const auto& m = messages[i];
-      check(m.contains("content") && m["content"].is_string(),
+      MINFER_CHECK(m.contains("content") && m["content"].is_string(),
             "chat message {}: the chatml format needs a string \"content\"", i);
       plain.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
     }
@@ -77,7 +77,7 @@ std::string render_chat(std::string_view template_source, const std::vector<Chat
 std::string select_chat_template(std::string_view model_template, std::string_view override_value,
                                  std::string_view model_path) {
   if (!override_value.empty()) return std::string(override_value);
-  check(!model_template.empty(),
+  MINFER_CHECK(!model_template.empty(),
         "{}: the model has no tokenizer.chat_template; use --chat-template chatml", model_path);
   return std::string(model_template);
 }

@@ -30,12 +30,13 @@ template <typename... Args>
   throw Error(fmt::format(format, std::forward<Args>(args)...));
 }
 
-/// Throws minfer::Error(message) when `cond` is false. For input validation, not for invariants
-/// that only a bug could break (use MINFER_ASSERT for those).
-template <typename... Args>
-void check(bool cond, fmt::format_string<Args...> format, Args&&... args) {
-  if (!cond) throw Error(fmt::format(format, std::forward<Args>(args)...));
-}
+/// Throws minfer::Error with a fmt-formatted message when `cond` is false. For input
+/// validation, not for invariants that only a bug could break (use MINFER_ASSERT for those).
+/// A macro, so the message arguments are evaluated only on failure (hot paths stay cheap).
+#define MINFER_CHECK(cond, ...)                     \
+  do {                                              \
+    if (!(cond)) ::minfer::fail(__VA_ARGS__);       \
+  } while (0)
 
 /// Internal invariant: active in every build type (never compiled out), throws with the
 /// location so a bug is reported as an error instead of undefined behaviour.

@@ -19,7 +19,7 @@ constexpr int kSpinIterations = 20000;
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads) {
-  check(n_threads >= 1 && n_threads <= 1024, "thread count {} is out of range (1..1024)", n_threads);
+  MINFER_CHECK(n_threads >= 1 && n_threads <= 1024, "thread count {} is out of range (1..1024)", n_threads);
   workers_.reserve(static_cast<size_t>(n_threads - 1));
   for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }

@@ -202,11 +202,11 @@ template <typename T>
 std::optional<T> get_int(const GgufFile& f, std::string_view key, std::string_view target) {
   const Value* v = f.find(key);
   if (!v) return std::nullopt;
-  check(is_integer(v->type), "{}: metadata key '{}' has type {}, expected an integer ({})",
+  MINFER_CHECK(is_integer(v->type), "{}: metadata key '{}' has type {}, expected an integer ({})",
         f.path(), key, type_text(*v), target);
   const AnyInt a = scalar_int(*v);
   T out{};
-  check(fits(a, &out), "{}: metadata key '{}' = {} ({}) does not fit in {}", f.path(), key,
+  MINFER_CHECK(fits(a, &out), "{}: metadata key '{}' = {} ({}) does not fit in {}", f.path(), key,
         int_text(a), value_type_name(v->type), target);
   return out;
 }
@@ -215,7 +215,7 @@ const Value* find_typed(const GgufFile& f, std::string_view key, ValueType type,
                         std::string_view expected) {
   const Value* v = f.find(key);
   if (v)
-    check(v->type == type, "{}: metadata key '{}' has type {}, expected {}", f.path(), key,
+    MINFER_CHECK(v->type == type, "{}: metadata key '{}' has type {}, expected {}", f.path(), key,
           type_text(*v), expected);
   return v;
 }
@@ -224,7 +224,7 @@ const Value* find_array(const GgufFile& f, std::string_view key, bool (*elem_ok)
                         std::string_view expected) {
   const Value* v = f.find(key);
   if (v)
-    check(v->type == ValueType::ARRAY && elem_ok(v->elem_type),
+    MINFER_CHECK(v->type == ValueType::ARRAY && elem_ok(v->elem_type),
           "{}: metadata key '{}' has type {}, expected {}", f.path(), key, type_text(*v),
           expected);
   return v;
@@ -243,7 +243,7 @@ std::optional<int64_t> GgufFile::get_i64(std::string_view key) const {
 std::optional<float> GgufFile::get_f32(std::string_view key) const {
   const Value* v = find(key);
   if (!v) return std::nullopt;
-  check(v->type == ValueType::F32 || v->type == ValueType::F64,
+  MINFER_CHECK(v->type == ValueType::F32 || v->type == ValueType::F64,
         "{}: metadata key '{}' has type {}, expected f32 (or f64)", path(), key, type_text(*v));
   return static_cast<float>(v->f);
 }
@@ -293,19 +293,19 @@ std::optional<std::vector<float>> GgufFile::get_f32_array(std::string_view key) 
 
 uint32_t GgufFile::require_u32(std::string_view key) const {
   auto v = get_u32(key);
-  check(v.has_value(), "{}: missing metadata key {}", path(), key);
+  MINFER_CHECK(v.has_value(), "{}: missing metadata key {}", path(), key);
   return *v;
 }
 
 float GgufFile::require_f32(std::string_view key) const {
   auto v = get_f32(key);
-  check(v.has_value(), "{}: missing metadata key {}", path(), key);
+  MINFER_CHECK(v.has_value(), "{}: missing metadata key {}", path(), key);
   return *v;
 }
 
 std::string_view GgufFile::require_string(std::string_view key) const {
   auto v = get_string(key);
-  check(v.has_value(), "{}: missing metadata key {}", path(), key);
+  MINFER_CHECK(v.has_value(), "{}: missing metadata key {}", path(), key);
   return *v;
 }
 

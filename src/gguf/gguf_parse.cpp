@@ -132,7 +132,7 @@ void read_scalar(Cursor& cur, ValueType type, Value& v, const std::string& path,
     case ValueType::F64: v.f = cur.read<double>(what); break;
     case ValueType::BOOL: {
       const uint8_t b = cur.read<uint8_t>(what);
-      check(b <= 1, "{}: metadata key {}: bool value is {} (must be 0 or 1)", path, quoted(key),
+      MINFER_CHECK(b <= 1, "{}: metadata key {}: bool value is {} (must be 0 or 1)", path, quoted(key),
             b);
       v.u = b;
       break;
@@ -146,20 +146,20 @@ void read_array(Cursor& cur, Value& v, const std::string& path, std::string_view
                 uint64_t* strings_left) {
   const uint32_t et = cur.read<uint32_t>(
       [&] { return fmt::format("element type of array key {}", quoted(key)); });
-  check(is_valid_value_type(et), "{}: metadata key {}: unknown array element type {}", path,
+  MINFER_CHECK(is_valid_value_type(et), "{}: metadata key {}: unknown array element type {}", path,
         quoted(key), et);
   v.elem_type = static_cast<ValueType>(et);
-  check(v.elem_type != ValueType::ARRAY,
+  MINFER_CHECK(v.elem_type != ValueType::ARRAY,
         "{}: metadata key {}: arrays of arrays are not supported", path, quoted(key));
   v.count = cur.read<uint64_t>(
       [&] { return fmt::format("element count of array key {}", quoted(key)); });
 
   if (v.elem_type == ValueType::STRING) {
     // Each string takes at least its 8-byte length: reject impossible counts before reserving.
-    check(v.count <= cur.remaining() / 8,
+    MINFER_CHECK(v.count <= cur.remaining() / 8,
           "{}: metadata key {}: array of {} strings cannot fit in the {} bytes left in the file",
           path, quoted(key), v.count, cur.remaining());
-    check(v.count <= *strings_left,
+    MINFER_CHECK(v.count <= *strings_left,
           "{}: metadata key {}: array of {} strings exceeds the limit of {} strings in all "
           "string arrays of a file",
           path, quoted(key), v.count, kMaxStringArrayElements);
@@ -171,7 +171,7 @@ void read_array(Cursor& cur, Value& v, const std::string& path, std::string_view
     return;
   }
   const uint64_t esize = value_type_size(v.elem_type);
-  check(v.count <= cur.remaining() / esize,
+  MINFER_CHECK(v.count <= cur.remaining() / esize,
         "{}: metadata key {}: array of {} {} elements ({} bytes each) cannot fit in the {} bytes "
         "left in the file",
         path, quoted(key), v.count, value_type_name(v.elem_type), esize, cur.remaining());
@@ -199,8 +199,8 @@ void GgufFile::parse() {
   Cursor cur(base_, size_, path);
 
   // ---- header ------------------------------------------------------------------------------
-  check(size_ >= 4, "{}: not a GGUF file: {} bytes, too short for the magic", path, size_);
-  check(std::memcmp(base_, "GGUF", 4) == 0, "{}: not a GGUF file: bad magic '{}' (expected 'GGUF')",
+  MINFER_CHECK(size_ >= 4, "{}: not a GGUF file: {} bytes, too short for the magic", path, size_);
+  MINFER_CHECK(std::memcmp(base_, "GGUF", 4) == 0, "{}: not a GGUF file: bad magic '{}' (expected 'GGUF')",
         path, printable_magic(base_, 4));
   cur.take(4, [] { return std::string("magic"); });
   version_ = cur.read<uint32_t>([] { return std::string("header (version)"); });
@@ -217,17 +217,17 @@ void GgufFile::parse() {
   }
   const uint64_t n_tensors = cur.read<uint64_t>([] { return std::string("header (tensor_count)"); });
   const uint64_t n_kv = cur.read<uint64_t>([] { return std::string("header (kv_count)"); });
-  check(n_kv <= cur.remaining() / kMinKvBytes,
+  MINFER_CHECK(n_kv <= cur.remaining() / kMinKvBytes,
         "{}: header kv_count {} is impossible: the {} bytes after the header hold at most {} "
         "key/values (truncated file or corrupt header)",
         path, n_kv, cur.remaining(), cur.remaining() / kMinKvBytes);
-  check(n_tensors <= cur.remaining() / kMinTensorInfoBytes,
+  MINFER_CHECK(n_tensors <= cur.remaining() / kMinTensorInfoBytes,
         "{}: header tensor_count {} is impossible: the {} bytes after the header hold at most {} "
         "tensor infos (truncated file or corrupt header)",
         path, n_tensors, cur.remaining(), cur.remaining() / kMinTensorInfoBytes);
-  check(n_kv <= kMaxKeyValues, "{}: header kv_count {} exceeds the limit of {} key/values", path,
+  MINFER_CHECK(n_kv <= kMaxKeyValues, "{}: header kv_count {} exceeds the limit of {} key/values", path,
         n_kv, kMaxKeyValues);
-  check(n_tensors <= kMaxTensors, "{}: header tensor_count {} exceeds the limit of {} tensors",
+  MINFER_CHECK(n_tensors <= kMaxTensors, "{}: header tensor_count {} exceeds the limit of {} tensors",
         path, n_tensors, kMaxTensors);
 
   // ---- metadata ----------------------------------------------------------------------------
@@ -237,11 +237,11 @@ void GgufFile::parse() {
   keys.reserve(reserve_for(n_kv, 4096));
   for (uint64_t i = 0; i < n_kv; ++i) {
     const std::string_view key = cur.read_string([&] { return fmt::format("key #{}", i); });
-    check(!key.empty(), "{}: metadata key #{} is empty", path, i);
+    MINFER_CHECK(!key.empty(), "{}: metadata key #{} is empty", path, i);
     if (!keys.insert(key).second) fail("{}: duplicate metadata key {}", path, quoted(key));
     const uint32_t t = cur.read<uint32_t>(
         [&] { return fmt::format("value type of key {}", quoted(key)); });
-    check(is_valid_value_type(t), "{}: metadata key {} has unknown value type {}", path,
+    MINFER_CHECK(is_valid_value_type(t), "{}: metadata key {} has unknown value type {}", path,
           quoted(key), t);
     KeyValue kv;
     kv.key = std::string(key);
@@ -256,9 +256,9 @@ void GgufFile::parse() {
   // general.alignment: u32 (llama.cpp's gguf.cpp rejects any other type), a nonzero power of
   // two, at most kMaxAlignment.
   if (const Value* a = find("general.alignment")) {
-    check(a->type == ValueType::U32, "{}: metadata key 'general.alignment' has type {}, must be u32",
+    MINFER_CHECK(a->type == ValueType::U32, "{}: metadata key 'general.alignment' has type {}, must be u32",
           path, value_type_name(a->type));
-    check(a->u != 0 && (a->u & (a->u - 1)) == 0 && a->u <= kMaxAlignment,
+    MINFER_CHECK(a->u != 0 && (a->u & (a->u - 1)) == 0 && a->u <= kMaxAlignment,
           "{}: metadata key 'general.alignment' = {} is not a power of two in [1, {}]", path, a->u,
           kMaxAlignment);
     alignment_ = a->u;
@@ -271,43 +271,43 @@ void GgufFile::parse() {
   for (uint64_t i = 0; i < n_tensors; ++i) {
     const std::string_view name =
         cur.read_string([&] { return fmt::format("name of tensor #{}", i); });
-    check(!name.empty(), "{}: tensor #{} has an empty name", path, i);
-    check(name.size() <= kMaxTensorNameBytes,
+    MINFER_CHECK(!name.empty(), "{}: tensor #{} has an empty name", path, i);
+    MINFER_CHECK(name.size() <= kMaxTensorNameBytes,
           "{}: tensor #{} name {} is {} bytes long (at most {}, ggml's GGML_MAX_NAME)", path, i,
           quoted(name), name.size(), kMaxTensorNameBytes);
-    check(names.insert(name).second, "{}: duplicate tensor name {}", path, quoted(name));
+    MINFER_CHECK(names.insert(name).second, "{}: duplicate tensor name {}", path, quoted(name));
     const std::string qname = quoted(name);
     auto field = [&](const char* f) { return [&, f] { return fmt::format("tensor {} ({})", qname, f); }; };
 
     TensorInfo ti;
     ti.name = std::string(name);
     ti.n_dims = cur.read<uint32_t>(field("n_dims"));
-    check(ti.n_dims >= 1 && ti.n_dims <= 4, "{}: tensor {} has n_dims = {} (must be 1..4)", path,
+    MINFER_CHECK(ti.n_dims >= 1 && ti.n_dims <= 4, "{}: tensor {} has n_dims = {} (must be 1..4)", path,
           qname, ti.n_dims);
     for (uint32_t d = 0; d < ti.n_dims; ++d) {
       ti.ne[d] = cur.read<int64_t>(field("dimensions"));
-      check(ti.ne[d] > 0, "{}: tensor {} dimension {} is {} (must be positive)", path, qname, d,
+      MINFER_CHECK(ti.ne[d] > 0, "{}: tensor {} dimension {} is {} (must be positive)", path, qname, d,
             ti.ne[d]);
     }
     const uint32_t type_id = cur.read<uint32_t>(field("type"));
     int64_t block_size = 0;
     size_t block_bytes = 0;
-    check(is_known_type_id(type_id) &&
+    MINFER_CHECK(is_known_type_id(type_id) &&
               type_block_layout(static_cast<TensorType>(type_id), &block_size, &block_bytes),
           "{}: tensor {} has unknown tensor type id {}", path, qname, type_id);
     ti.type = static_cast<TensorType>(type_id);
-    check(ti.ne[0] % block_size == 0,
+    MINFER_CHECK(ti.ne[0] % block_size == 0,
           "{}: tensor {} of type {} has ne[0] = {}, not a multiple of the block size {}", path,
           qname, type_name(ti.type), ti.ne[0], block_size);
     int64_t n_elem = 1;
     for (int d = 0; d < 4; ++d)
-      check(!__builtin_mul_overflow(n_elem, ti.ne[d], &n_elem),
+      MINFER_CHECK(!__builtin_mul_overflow(n_elem, ti.ne[d], &n_elem),
             "{}: tensor {} shape [{}, {}, {}, {}] has more elements than fit in int64", path, qname,
             ti.ne[0], ti.ne[1], ti.ne[2], ti.ne[3]);
     uint64_t nbytes = 0;
     const bool overflow = __builtin_mul_overflow(static_cast<uint64_t>(n_elem / block_size),
                                                  static_cast<uint64_t>(block_bytes), &nbytes);
-    check(!overflow && nbytes <= size_,
+    MINFER_CHECK(!overflow && nbytes <= size_,
           "{}: tensor {} shape [{}, {}, {}, {}] of type {} needs more bytes than the whole file "
           "({} bytes): absurd dimensions",
           path, qname, ti.ne[0], ti.ne[1], ti.ne[2], ti.ne[3], type_name(ti.type), size_);
@@ -323,7 +323,7 @@ void GgufFile::parse() {
   if (n_tensors > 0) {
     bool overflow = false;
     data_offset_ = align_up(cur.pos(), alignment_, &overflow);
-    check(!overflow && data_offset_ <= size_,
+    MINFER_CHECK(!overflow && data_offset_ <= size_,
           "{}: truncated file: the data section would start at offset {} (alignment {}), past the "
           "end of the file (size {})",
           path, data_offset_, alignment_, size_);
@@ -336,18 +336,18 @@ void GgufFile::parse() {
   for (size_t i = 0; i < tensors_.size(); ++i) {
     TensorInfo& ti = tensors_[i];
     const std::string qname = quoted(ti.name);
-    check(ti.offset % alignment_ == 0,
+    MINFER_CHECK(ti.offset % alignment_ == 0,
           "{}: tensor {} offset {} is misaligned (not a multiple of the alignment {})", path, qname,
           ti.offset, alignment_);
     if (ti.offset < expected)
       fail("{}: tensor {} at offset {} overlaps tensor {} (which ends at {}; expected offset {})",
            path, qname, ti.offset, quoted(tensors_[i - 1].name),
            tensors_[i - 1].offset + tensors_[i - 1].nbytes, expected);
-    check(ti.offset == expected,
+    MINFER_CHECK(ti.offset == expected,
           "{}: tensor {} has offset {}, expected {} (tensors must be packed in table order, as "
           "llama.cpp requires)",
           path, qname, ti.offset, expected);
-    check(ti.offset <= data_size && ti.nbytes <= data_size - ti.offset,
+    MINFER_CHECK(ti.offset <= data_size && ti.nbytes <= data_size - ti.offset,
           "{}: tensor {} (offset {}, {} bytes) runs past the end of the file: the data section "
           "has {} bytes (file size {})",
           path, qname, ti.offset, ti.nbytes, data_size, size_);

@@ -96,13 +96,13 @@ uint64_t padded(uint64_t n, uint64_t alignment) { return (n + alignment - 1) / a
 }  // namespace
 
 void GgufWriter::put(std::string_view key, ValueType type, std::vector<uint8_t> payload) {
-  check(!key.empty(), "GGUF writer: empty metadata key");
+  MINFER_CHECK(!key.empty(), "GGUF writer: empty metadata key");
   if (key == "general.alignment") {
-    check(type == ValueType::U32, "GGUF writer: metadata key 'general.alignment' must be u32, got {}",
+    MINFER_CHECK(type == ValueType::U32, "GGUF writer: metadata key 'general.alignment' must be u32, got {}",
           value_type_name(type));
     uint32_t a = 0;
     std::memcpy(&a, payload.data(), 4);
-    check(a != 0 && (a & (a - 1)) == 0 && a <= kMaxAlignment,
+    MINFER_CHECK(a != 0 && (a & (a - 1)) == 0 && a <= kMaxAlignment,
           "GGUF writer: general.alignment = {} is not a power of two in [1, {}]", a, kMaxAlignment);
   }
   for (PendingKV& kv : kvs_) {
@@ -176,7 +176,7 @@ void GgufWriter::set_value(std::string_view key, const Value& v) {
     case ValueType::STRING: append_string(p, v.str); break;
     case ValueType::ARRAY: {
       if (v.elem_type == ValueType::STRING) {
-        check(v.strings.size() == v.count,
+        MINFER_CHECK(v.strings.size() == v.count,
               "GGUF writer: key '{}': string array count {} but {} strings", key, v.count,
               v.strings.size());
         p = array_header(ValueType::STRING, v.count);
@@ -184,9 +184,9 @@ void GgufWriter::set_value(std::string_view key, const Value& v) {
         break;
       }
       const size_t esize = value_type_size(v.elem_type);
-      check(esize != 0, "GGUF writer: key '{}': unsupported array element type {}", key,
+      MINFER_CHECK(esize != 0, "GGUF writer: key '{}': unsupported array element type {}", key,
             value_type_name(v.elem_type));
-      check(v.count == 0 || v.elems != nullptr, "GGUF writer: key '{}': array has no elements",
+      MINFER_CHECK(v.count == 0 || v.elems != nullptr, "GGUF writer: key '{}': array has no elements",
             key);
       p = array_header(v.elem_type, v.count);
       if (v.count) p.insert(p.end(), v.elems, v.elems + v.count * esize);
@@ -204,31 +204,31 @@ void GgufWriter::remove(std::string_view key) {
 
 void GgufWriter::add_tensor(std::string_view name, TensorType type, std::span<const int64_t> ne,
                             Producer producer) {
-  check(!name.empty() && name.size() <= kMaxTensorNameBytes,
+  MINFER_CHECK(!name.empty() && name.size() <= kMaxTensorNameBytes,
         "GGUF writer: tensor name '{}' is {} bytes (must be 1..{}, ggml's GGML_MAX_NAME)", name,
         name.size(), kMaxTensorNameBytes);
   for (const PendingTensor& t : tensors_)
-    check(t.name != name, "GGUF writer: duplicate tensor name '{}'", name);
-  check(!ne.empty() && ne.size() <= 4, "GGUF writer: tensor '{}' has {} dimensions (must be 1..4)",
+    MINFER_CHECK(t.name != name, "GGUF writer: duplicate tensor name '{}'", name);
+  MINFER_CHECK(!ne.empty() && ne.size() <= 4, "GGUF writer: tensor '{}' has {} dimensions (must be 1..4)",
         name, ne.size());
   int64_t block_size = 0;
   size_t block_bytes = 0;
-  check(type_block_layout(type, &block_size, &block_bytes),
+  MINFER_CHECK(type_block_layout(type, &block_size, &block_bytes),
         "GGUF writer: tensor '{}' has unknown type {}", name, type_name(type));
   int64_t n = 1;
   for (size_t d = 0; d < ne.size(); ++d) {
-    check(ne[d] > 0, "GGUF writer: tensor '{}' dimension {} is {} (must be positive)", name, d,
+    MINFER_CHECK(ne[d] > 0, "GGUF writer: tensor '{}' dimension {} is {} (must be positive)", name, d,
           ne[d]);
-    check(!__builtin_mul_overflow(n, ne[d], &n),
+    MINFER_CHECK(!__builtin_mul_overflow(n, ne[d], &n),
           "GGUF writer: tensor '{}' has more elements than fit in int64", name);
   }
-  check(ne[0] % block_size == 0,
+  MINFER_CHECK(ne[0] % block_size == 0,
         "GGUF writer: tensor '{}' of type {} has ne[0] = {}, not a multiple of the block size {}",
         name, type_name(type), ne[0], block_size);
   uint64_t nbytes = 0;
-  check(!__builtin_mul_overflow(static_cast<uint64_t>(n / block_size), block_bytes, &nbytes),
+  MINFER_CHECK(!__builtin_mul_overflow(static_cast<uint64_t>(n / block_size), block_bytes, &nbytes),
         "GGUF writer: tensor '{}' byte size overflows", name);
-  check(static_cast<bool>(producer), "GGUF writer: tensor '{}' has no data producer", name);
+  MINFER_CHECK(static_cast<bool>(producer), "GGUF writer: tensor '{}' has no data producer", name);
   tensors_.push_back(PendingTensor{std::string(name), type, std::vector<int64_t>(ne.begin(), ne.end()),
                                    nbytes, std::move(producer)});
 }
@@ -238,7 +238,7 @@ void GgufWriter::add_tensor_bytes(std::string_view name, TensorType type,
   auto copy = std::make_shared<std::vector<uint8_t>>(bytes.begin(), bytes.end());
   const std::string tname(name);
   add_tensor(name, type, ne, [copy, tname](uint8_t* dst, size_t nbytes) {
-    check(copy->size() == nbytes, "GGUF writer: tensor '{}' needs {} bytes, {} were given", tname,
+    MINFER_CHECK(copy->size() == nbytes, "GGUF writer: tensor '{}' needs {} bytes, {} were given", tname,
           nbytes, copy->size());
     std::memcpy(dst, copy->data(), nbytes);
   });
@@ -279,7 +279,7 @@ void GgufWriter::write(const std::string& path,
     for (int64_t d : t.ne) append<int64_t>(meta, d);
     append<uint32_t>(meta, static_cast<uint32_t>(t.type));
     append<uint64_t>(meta, offset);
-    check(!__builtin_add_overflow(offset, padded(t.nbytes, alignment), &offset),
+    MINFER_CHECK(!__builtin_add_overflow(offset, padded(t.nbytes, alignment), &offset),
           "GGUF writer: {}: the tensor data would exceed 2^64 bytes at tensor '{}'", path, t.name);
     max_bytes = std::max(max_bytes, t.nbytes);
   }

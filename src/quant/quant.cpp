@@ -54,18 +54,18 @@ const TypeTraits* find_type_traits(TensorType type) {
 
 const TypeTraits& type_traits(TensorType type) {
   const TypeTraits* t = find_type_traits(type);
-  check(t != nullptr, "tensor type {} is not supported", type_name(type));
+  MINFER_CHECK(t != nullptr, "tensor type {} is not supported", type_name(type));
   return *t;
 }
 
 size_t row_bytes(TensorType type, int64_t n) {
   const TypeTraits& t = type_traits(type);
-  check(n >= 0, "row of {} elements of type {}: the length is negative", n, type_name(type));
-  check(n % t.block_size == 0,
+  MINFER_CHECK(n >= 0, "row of {} elements of type {}: the length is negative", n, type_name(type));
+  MINFER_CHECK(n % t.block_size == 0,
         "row of {} elements of type {}: not a multiple of the block size {}", n,
         type_name(type), t.block_size);
   const uint64_t blocks = static_cast<uint64_t>(n / t.block_size);
-  check(blocks <= std::numeric_limits<size_t>::max() / t.block_bytes,
+  MINFER_CHECK(blocks <= std::numeric_limits<size_t>::max() / t.block_bytes,
         "row of {} elements of type {}: {} bytes overflow size_t", n, type_name(type),
         static_cast<double>(blocks) * static_cast<double>(t.block_bytes));
   return static_cast<size_t>(blocks) * t.block_bytes;

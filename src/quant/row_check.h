@@ -13,8 +13,8 @@ namespace minfer::quant_detail {
 /// Blocks in a row of `n` elements. Throws minfer::Error "<op> <type>: row length N is not a
 /// multiple of the block size B" (or "is negative") so a bad length never reads out of bounds.
 inline int64_t blocks_in_row(const char* op, TensorType type, int64_t n, int64_t block_size) {
-  check(n >= 0, "{} {}: row length {} is negative", op, type_name(type), n);
-  check(n % block_size == 0, "{} {}: row length {} is not a multiple of the block size {}", op,
+  MINFER_CHECK(n >= 0, "{} {}: row length {} is negative", op, type_name(type), n);
+  MINFER_CHECK(n % block_size == 0, "{} {}: row length {} is not a multiple of the block size {}", op,
         type_name(type), n, block_size);
   return n / block_size;
 }

@@ -21,7 +21,7 @@ BpeModel::BpeModel(const VocabData& data, const std::unordered_map<std::string, 
     std::string text;
     utf8_append(text, byte_to_codepoint(static_cast<uint8_t>(b)));
     auto it = token_to_id.find(text);
-    check(it != token_to_id.end(), "{}: the vocabulary has no token for byte 0x{:02X} ('{}')",
+    MINFER_CHECK(it != token_to_id.end(), "{}: the vocabulary has no token for byte 0x{:02X} ('{}')",
           data.source, b, text);
     byte_token_[static_cast<size_t>(b)] = it->second;
   }
@@ -31,7 +31,7 @@ BpeModel::BpeModel(const VocabData& data, const std::unordered_map<std::string, 
     auto l = token_to_id.find(left);
     auto r = token_to_id.find(right);
     auto m = token_to_id.find(left + right);
-    check(l != token_to_id.end() && r != token_to_id.end() && m != token_to_id.end(),
+    MINFER_CHECK(l != token_to_id.end() && r != token_to_id.end() && m != token_to_id.end(),
           "{}: merge {} ('{} {}') names a token that is not in the vocabulary ('{}')", data.source,
           rank, left, right,
           l == token_to_id.end() ? left : r == token_to_id.end() ? right : left + right);

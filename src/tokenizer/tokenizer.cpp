@@ -96,7 +96,7 @@ struct Tokenizer::Impl {
   }
 
   void check_id(int32_t id) const {
-    check(id >= 0 && static_cast<size_t>(id) < data.tokens.size(),
+    MINFER_CHECK(id >= 0 && static_cast<size_t>(id) < data.tokens.size(),
           "token id {} is outside the vocabulary of {} (0..{})", id, data.source,
           data.tokens.size() - 1);
   }

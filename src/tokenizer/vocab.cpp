@@ -19,35 +19,35 @@ PreTokenizer pre_tokenizer_from_name(const std::string& name, const std::string&
 }
 
 void validate_vocab(const VocabData& d) {
-  check(d.model == "gpt2", "{}: tokenizer model '{}' is not supported (only 'gpt2', byte-level BPE)",
+  MINFER_CHECK(d.model == "gpt2", "{}: tokenizer model '{}' is not supported (only 'gpt2', byte-level BPE)",
         d.source, d.model);
   (void)pre_tokenizer_from_name(d.pre, d.source);
-  check(!d.tokens.empty(), "{}: the vocabulary is empty", d.source);
-  check(d.tokens.size() <= static_cast<size_t>(INT32_MAX), "{}: {} tokens is too many", d.source,
+  MINFER_CHECK(!d.tokens.empty(), "{}: the vocabulary is empty", d.source);
+  MINFER_CHECK(d.tokens.size() <= static_cast<size_t>(INT32_MAX), "{}: {} tokens is too many", d.source,
         d.tokens.size());
-  check(d.types.size() == d.tokens.size(), "{}: {} token types for {} tokens", d.source,
+  MINFER_CHECK(d.types.size() == d.tokens.size(), "{}: {} token types for {} tokens", d.source,
         d.types.size(), d.tokens.size());
-  check(d.strip.empty() || d.strip.size() == d.tokens.size(), "{}: {} strip flags for {} tokens",
+  MINFER_CHECK(d.strip.empty() || d.strip.size() == d.tokens.size(), "{}: {} strip flags for {} tokens",
         d.source, d.strip.size(), d.tokens.size());
   std::unordered_map<std::string_view, size_t> seen;
   seen.reserve(d.tokens.size());
   for (size_t i = 0; i < d.tokens.size(); ++i) {
-    check(!d.tokens[i].empty(), "{}: token {} has empty text", d.source, i);
+    MINFER_CHECK(!d.tokens[i].empty(), "{}: token {} has empty text", d.source, i);
     auto [it, fresh] = seen.emplace(d.tokens[i], i);
-    check(fresh, "{}: tokens {} and {} have the same text '{}'", d.source, it->second, i, d.tokens[i]);
+    MINFER_CHECK(fresh, "{}: tokens {} and {} have the same text '{}'", d.source, it->second, i, d.tokens[i]);
     const auto t = static_cast<int32_t>(d.types[i]);
-    check(t >= 0 && t <= 6, "{}: token {} ('{}') has unknown type {}", d.source, i, d.tokens[i], t);
+    MINFER_CHECK(t >= 0 && t <= 6, "{}: token {} ('{}') has unknown type {}", d.source, i, d.tokens[i], t);
   }
   const auto n = static_cast<int64_t>(d.tokens.size());
   const std::pair<const char*, int32_t> ids[] = {{"bos", d.bos_id}, {"eos", d.eos_id},
                                                  {"eot", d.eot_id}, {"eom", d.eom_id},
                                                  {"padding", d.pad_id}, {"unknown", d.unk_id}};
   for (const auto& [name, id] : ids)
-    check(id >= -1 && id < n, "{}: {} token id {} is outside the vocabulary (0..{})", d.source,
+    MINFER_CHECK(id >= -1 && id < n, "{}: {} token id {} is outside the vocabulary (0..{})", d.source,
           name, id, n - 1);
-  check(!d.add_bos || d.bos_id >= 0, "{}: add_bos_token is true but there is no bos token id",
+  MINFER_CHECK(!d.add_bos || d.bos_id >= 0, "{}: add_bos_token is true but there is no bos token id",
         d.source);
-  check(!d.add_eos || d.eos_id >= 0, "{}: add_eos_token is true but there is no eos token id",
+  MINFER_CHECK(!d.add_eos || d.eos_id >= 0, "{}: add_eos_token is true but there is no eos token id",
         d.source);
 }
 

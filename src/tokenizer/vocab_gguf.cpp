@@ -12,7 +12,7 @@ namespace {
 int32_t optional_id(const gguf::GgufFile& f, const char* key) {
   const auto v = f.get_u32(key);
   if (!v) return -1;
-  check(*v <= static_cast<uint32_t>(INT32_MAX), "{}: {} = {} is not a token id", f.path(), key, *v);
+  MINFER_CHECK(*v <= static_cast<uint32_t>(INT32_MAX), "{}: {} = {} is not a token id", f.path(), key, *v);
   return static_cast<int32_t>(*v);
 }
 
@@ -29,17 +29,17 @@ VocabData vocab_from_gguf(const gguf::GgufFile& f) {
   (void)pre_tokenizer_from_name(d.pre, f.path());
 
   const auto tokens = f.get_string_array("tokenizer.ggml.tokens");
-  check(tokens.has_value(), "{}: missing metadata key tokenizer.ggml.tokens", f.path());
+  MINFER_CHECK(tokens.has_value(), "{}: missing metadata key tokenizer.ggml.tokens", f.path());
   d.tokens.assign(tokens->begin(), tokens->end());
 
   if (auto types = f.get_i32_array("tokenizer.ggml.token_type")) {
-    check(types->size() == d.tokens.size(),
+    MINFER_CHECK(types->size() == d.tokens.size(),
           "{}: tokenizer.ggml.token_type has {} entries for {} tokens", f.path(), types->size(),
           d.tokens.size());
     d.types.reserve(types->size());
     for (size_t i = 0; i < types->size(); ++i) {
       const int32_t t = (*types)[i];
-      check(t >= 0 && t <= 6, "{}: tokenizer.ggml.token_type[{}] = {} is not a token type", f.path(),
+      MINFER_CHECK(t >= 0 && t <= 6, "{}: tokenizer.ggml.token_type[{}] = {} is not a token type", f.path(),
             i, t);
       d.types.push_back(static_cast<TokenType>(t));
     }
@@ -48,14 +48,14 @@ VocabData vocab_from_gguf(const gguf::GgufFile& f) {
   }
 
   const auto merges = f.get_string_array("tokenizer.ggml.merges");
-  check(merges.has_value(), "{}: missing metadata key tokenizer.ggml.merges", f.path());
+  MINFER_CHECK(merges.has_value(), "{}: missing metadata key tokenizer.ggml.merges", f.path());
   d.merges.reserve(merges->size());
   for (size_t i = 0; i < merges->size(); ++i) {
     const std::string_view m = (*merges)[i];
     // "left right": split at the first space after the first byte (token texts in the
     // byte-level alphabet never contain a space).
     const size_t sp = m.size() > 1 ? m.find(' ', 1) : std::string_view::npos;
-    check(sp != std::string_view::npos && sp + 1 < m.size(),
+    MINFER_CHECK(sp != std::string_view::npos && sp + 1 < m.size(),
           "{}: tokenizer.ggml.merges[{}] = '{}' is not of the form 'left right'", f.path(), i, m);
     d.merges.emplace_back(std::string(m.substr(0, sp)), std::string(m.substr(sp + 1)));
   }

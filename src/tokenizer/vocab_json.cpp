@@ -25,7 +25,7 @@ constexpr const char* kQwen35Regex =
 
 json read_json(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  check(static_cast<bool>(in), "{}: cannot open file", path);
+  MINFER_CHECK(static_cast<bool>(in), "{}: cannot open file", path);
   std::stringstream ss;
   ss << in.rdbuf();
   try {
@@ -48,11 +48,11 @@ void collect_regexes(const json& pt, std::vector<std::string>& out) {
 }
 
 std::string detect_pre(const json& root, const std::string& path) {
-  check(root.contains("pre_tokenizer") && root["pre_tokenizer"].is_object(),
+  MINFER_CHECK(root.contains("pre_tokenizer") && root["pre_tokenizer"].is_object(),
         "{}: pre_tokenizer is missing or null; minfer needs the Qwen2 Split regex", path);
   std::vector<std::string> regexes;
   collect_regexes(root["pre_tokenizer"], regexes);
-  check(regexes.size() == 1, "{}: pre_tokenizer has {} Split regexes; expected exactly one", path,
+  MINFER_CHECK(regexes.size() == 1, "{}: pre_tokenizer has {} Split regexes; expected exactly one", path,
         regexes.size());
   if (regexes[0] == kQwen2Regex) return "qwen2";
   if (regexes[0] == kQwen35Regex) return "qwen35";
@@ -73,12 +73,12 @@ std::optional<std::string> config_token(const json& cfg, const char* key, const 
 void read_config(VocabData& d, const std::string& path,
                  const std::unordered_map<std::string, int32_t>& ids) {
   const json cfg = read_json(path);
-  check(cfg.is_object(), "{}: top level is not an object", path);
+  MINFER_CHECK(cfg.is_object(), "{}: top level is not an object", path);
   auto id_of = [&](const char* key) -> int32_t {
     auto text = config_token(cfg, key, path);
     if (!text) return -1;
     auto it = ids.find(*text);
-    check(it != ids.end(), "{}: {} '{}' is not a token of the vocabulary", path, key, *text);
+    MINFER_CHECK(it != ids.end(), "{}: {} '{}' is not a token of the vocabulary", path, key, *text);
     return it->second;
   };
   d.bos_id = id_of("bos_token");
@@ -87,7 +87,7 @@ void read_config(VocabData& d, const std::string& path,
   d.unk_id = id_of("unk_token");
   auto flag = [&](const char* key) {
     if (!cfg.contains(key) || cfg[key].is_null()) return false;
-    check(cfg[key].is_boolean(), "{}: {} is not a boolean", path, key);
+    MINFER_CHECK(cfg[key].is_boolean(), "{}: {} is not a boolean", path, key);
     return cfg[key].get<bool>();
   };
   d.add_bos = flag("add_bos_token");
@@ -101,7 +101,7 @@ void read_config(VocabData& d, const std::string& path,
         if (e.is_object() && e.value("name", "") == "default" && e.contains("template") &&
             e["template"].is_string())
           d.chat_template = e["template"].get<std::string>();
-      check(!d.chat_template.empty(), "{}: chat_template list has no \"default\" entry", path);
+      MINFER_CHECK(!d.chat_template.empty(), "{}: chat_template list has no \"default\" entry", path);
     } else if (!t.is_null()) {
       fail("{}: chat_template is neither a string nor a list of named templates", path);
     }
@@ -114,22 +114,22 @@ VocabData vocab_from_tokenizer_json(const std::string& path) {
   const json root = read_json(path);
   VocabData d;
   d.source = path;
-  check(root.is_object(), "{}: top level is not an object", path);
-  check(root.contains("model") && root["model"].is_object(), "{}: missing \"model\"", path);
+  MINFER_CHECK(root.is_object(), "{}: top level is not an object", path);
+  MINFER_CHECK(root.contains("model") && root["model"].is_object(), "{}: missing \"model\"", path);
   const json& model = root["model"];
   const std::string type = model.value("type", "BPE");
-  check(type == "BPE", "{}: model.type = '{}' is not supported (only BPE)", path, type);
+  MINFER_CHECK(type == "BPE", "{}: model.type = '{}' is not supported (only BPE)", path, type);
   d.model = "gpt2";
   d.pre = detect_pre(root, path);
 
-  check(model.contains("vocab") && model["vocab"].is_object(), "{}: model.vocab is not an object",
+  MINFER_CHECK(model.contains("vocab") && model["vocab"].is_object(), "{}: model.vocab is not an object",
         path);
   std::vector<std::pair<std::string, int64_t>> entries;
   int64_t max_id = -1;
   for (const auto& [text, idv] : model["vocab"].items()) {
-    check(idv.is_number_integer(), "{}: model.vocab['{}'] is not an integer id", path, text);
+    MINFER_CHECK(idv.is_number_integer(), "{}: model.vocab['{}'] is not an integer id", path, text);
     const int64_t id = idv.get<int64_t>();
-    check(id >= 0 && id < INT32_MAX, "{}: model.vocab['{}'] = {} is not a valid id", path, text, id);
+    MINFER_CHECK(id >= 0 && id < INT32_MAX, "{}: model.vocab['{}'] = {} is not a valid id", path, text, id);
     entries.emplace_back(text, id);
     max_id = std::max(max_id, id);
   }
@@ -140,20 +140,20 @@ VocabData vocab_from_tokenizer_json(const std::string& path) {
   };
   std::vector<Added> added;
   if (root.contains("added_tokens") && !root["added_tokens"].is_null()) {
-    check(root["added_tokens"].is_array(), "{}: added_tokens is not an array", path);
+    MINFER_CHECK(root["added_tokens"].is_array(), "{}: added_tokens is not an array", path);
     for (size_t i = 0; i < root["added_tokens"].size(); ++i) {
       const json& a = root["added_tokens"][i];
-      check(a.is_object() && a.contains("id") && a["id"].is_number_integer() &&
+      MINFER_CHECK(a.is_object() && a.contains("id") && a["id"].is_number_integer() &&
                 a.contains("content") && a["content"].is_string(),
             "{}: added_tokens[{}] needs an integer \"id\" and a string \"content\"", path, i);
       const int64_t id = a["id"].get<int64_t>();
-      check(id >= 0 && id < INT32_MAX, "{}: added_tokens[{}].id = {} is not a valid id", path, i, id);
+      MINFER_CHECK(id >= 0 && id < INT32_MAX, "{}: added_tokens[{}].id = {} is not a valid id", path, i, id);
       auto b = [&](const char* k) { return a.contains(k) && a[k].is_boolean() && a[k].get<bool>(); };
       added.push_back({a["content"].get<std::string>(), id, b("special"), b("lstrip"), b("rstrip")});
       max_id = std::max(max_id, id);
     }
   }
-  check(max_id >= 0, "{}: the vocabulary is empty", path);
+  MINFER_CHECK(max_id >= 0, "{}: the vocabulary is empty", path);
   const auto n = static_cast<size_t>(max_id + 1);
   d.tokens.assign(n, std::string());
   d.types.assign(n, TokenType::Normal);
@@ -161,13 +161,13 @@ VocabData vocab_from_tokenizer_json(const std::string& path) {
   std::vector<bool> filled(n, false);
   for (auto& [text, id] : entries) {
     const auto u = static_cast<size_t>(id);
-    check(!filled[u], "{}: model.vocab gives id {} to both '{}' and '{}'", path, id, d.tokens[u], text);
+    MINFER_CHECK(!filled[u], "{}: model.vocab gives id {} to both '{}' and '{}'", path, id, d.tokens[u], text);
     d.tokens[u] = std::move(text);
     filled[u] = true;
   }
   for (auto& a : added) {
     const auto u = static_cast<size_t>(a.id);
-    check(!filled[u] || d.tokens[u] == a.text,
+    MINFER_CHECK(!filled[u] || d.tokens[u] == a.text,
           "{}: added token '{}' has id {}, which model.vocab gives to '{}'", path, a.text, a.id,
           d.tokens[u]);
     d.tokens[u] = a.text;
@@ -175,9 +175,9 @@ VocabData vocab_from_tokenizer_json(const std::string& path) {
     d.strip[u] = static_cast<uint8_t>((a.lstrip ? kStripLeft : 0) | (a.rstrip ? kStripRight : 0));
     filled[u] = true;
   }
-  for (size_t i = 0; i < n; ++i) check(filled[i], "{}: token id {} has no text (ids must be 0..{} without gaps)", path, i, n - 1);
+  for (size_t i = 0; i < n; ++i) MINFER_CHECK(filled[i], "{}: token id {} has no text (ids must be 0..{} without gaps)", path, i, n - 1);
 
-  check(model.contains("merges") && model["merges"].is_array(), "{}: model.merges is not an array",
+  MINFER_CHECK(model.contains("merges") && model["merges"].is_array(), "{}: model.merges is not an array",
         path);
   const json& merges = model["merges"];
   d.merges.reserve(merges.size());
@@ -186,7 +186,7 @@ VocabData vocab_from_tokenizer_json(const std::string& path) {
     if (m.is_string()) {  // "left right"
       const std::string s = m.get<std::string>();
       const size_t sp = s.find(' ');
-      check(sp != std::string::npos && sp > 0 && sp + 1 < s.size() && s.find(' ', sp + 1) == std::string::npos,
+      MINFER_CHECK(sp != std::string::npos && sp > 0 && sp + 1 < s.size() && s.find(' ', sp + 1) == std::string::npos,
             "{}: model.merges[{}] = '{}' is not of the form 'left right'", path, i, s);
       d.merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
     } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {

@@ -81,7 +81,7 @@ std::string display(std::string_view piece) {
 std::string template_source(const std::string& value) {
   if (value.empty() || value == chat::kChatmlName) return value;
   std::ifstream in(value, std::ios::binary);
-  check(static_cast<bool>(in), "--chat-template {}: neither 'chatml' nor a readable template file", value);
+  MINFER_CHECK(static_cast<bool>(in), "--chat-template {}: neither 'chatml' nor a readable template file", value);
   return read_all(in);
 }
 

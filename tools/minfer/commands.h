@@ -7,9 +7,16 @@
 
 namespace minfer::cli {
 
+/// llama.cpp-style single-dash multi-letter options and the long option each one means.
+inline constexpr std::pair<const char*, const char*> kLlamaStyleOptions[] = {
+    {"-ub", "--ubatch-size"}, {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"},
+    {"-pg", "--pg"},          {"-ngl", "--n-gpu-layers"}, {"-fa", "--flash-attn"},
+};
+
 void add_env_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
 void add_run_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
 void add_chat_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 

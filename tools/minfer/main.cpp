@@ -1,5 +1,8 @@
 // minfer: run GGUF language models on the CPU and NVIDIA GPUs.
+#include <algorithm>
 #include <cstdio>
+#include <string>
+#include <vector>
 #include <exception>
 
 #include "commands.h"
@@ -12,10 +15,21 @@ int main(int argc, char** argv) {
   minfer::cli::add_env_command(app);
   minfer::cli::add_inspect_command(app);
   minfer::cli::add_run_command(app);
+  minfer::cli::add_bench_command(app);
   minfer::cli::add_chat_command(app);
   minfer::cli::add_tokenize_command(app);
+  // llama.cpp's tools take multi-letter single-dash options (-ub, -ctk, -pg ...), which CLI11 does
+  // not allow; map them to their long names so users' command lines work unchanged.
+  std::vector<std::string> args(argv, argv + argc);
+  for (std::string& a : args) {
+    for (const auto& [shrt, lng] : minfer::cli::kLlamaStyleOptions)
+      if (a == shrt) a = lng;
+  }
+  args.erase(args.begin());                 // CLI11 wants the arguments without the program name,
+  std::reverse(args.begin(), args.end());  // in reverse order
+
   try {
-    app.parse(argc, argv);
+    app.parse(args);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const minfer::Error& e) {

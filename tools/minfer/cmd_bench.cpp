@@ -1,0 +1,300 @@
+// `minfer bench`: llama-bench's tests and fields, so the two tables compare line by line.
+// pp<N>: N random prompt tokens processed in batches (ubatches of -ub) from an empty cache;
+// tg<N>: N tokens generated one per forward pass; pg<P>,<N>: both, one timing. A warm-up run
+// comes first; each test is repeated -r times; t/s is reported as mean +- sample stddev, and
+// the JSON outputs carry every sample.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/thread_pool.h"
+#include "engine/engine.h"
+#include "quant/quant.h"
+
+namespace minfer::cli {
+namespace {
+
+struct BenchArgs {
+  std::vector<std::string> models;
+  std::vector<std::string> n_prompt{"512"};
+  std::vector<std::string> n_gen{"128"};
+  std::vector<std::string> pg;
+  std::vector<std::string> threads;
+  std::vector<std::string> n_batch{"2048"};
+  std::vector<std::string> n_ubatch{"512"};
+  std::vector<std::string> ctk{"f16"};
+  std::vector<std::string> ctv;
+  std::vector<std::string> depth{"0"};
+  std::vector<std::string> devices{"cpu"};
+  int reps = 5;
+  std::string output = "md";
+  bool progress = false;
+  std::vector<std::string> ngl, fa;
+};
+
+// "1,2,3" and repeated flags both give lists (llama-bench accepts both).
+std::vector<std::string> split_list(const std::vector<std::string>& in) {
+  std::vector<std::string> out;
+  for (const std::string& s : in) {
+    std::stringstream ss(s);
+    std::string item;
+    while (std::getline(ss, item, ',')) if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+int64_t to_int(const std::string& s, const char* what) {
+  try {
+    size_t pos = 0;
+    const long long v = std::stoll(s, &pos);
+    if (pos != s.size()) throw std::invalid_argument(s);
+    return v;
+  } catch (const std::exception&) {
+    fail("bench: {} value '{}' is not an integer", what, s);
+  }
+}
+
+struct Test {
+  int64_t n_prompt = 0, n_gen = 0, n_depth = 0;
+  std::string name() const {
+    std::string s = n_prompt > 0 && n_gen == 0 ? fmt::format("pp{}", n_prompt)
+                    : n_gen > 0 && n_prompt == 0 ? fmt::format("tg{}", n_gen)
+                                                  : fmt::format("pp{}+tg{}", n_prompt, n_gen);
+    if (n_depth > 0) s += fmt::format(" @ d{}", n_depth);
+    return s;
+  }
+};
+
+struct Config {
+  std::string device;
+  int threads;
+  int64_t n_batch, n_ubatch;
+  std::string kv;
+};
+
+// llama.cpp's LLAMA_FTYPE names (include/llama.h, llama_model_ftype_name) for general.file_type.
+std::string ftype_name(const Model& m) {
+  static const std::pair<uint32_t, const char*> kNames[] = {
+      {0, "all F32"}, {1, "F16"}, {2, "Q4_0"}, {3, "Q4_1"}, {7, "Q8_0"}, {8, "Q5_0"}, {9, "Q5_1"},
+      {10, "Q2_K - Medium"}, {11, "Q3_K - Small"}, {12, "Q3_K - Medium"}, {13, "Q3_K - Large"},
+      {14, "Q4_K - Small"}, {15, "Q4_K - Medium"}, {16, "Q5_K - Small"}, {17, "Q5_K - Medium"},
+      {18, "Q6_K"}, {32, "BF16"}};
+  if (auto ft = m.file().get_u32("general.file_type"))
+    for (const auto& [id, name] : kNames)
+      if (id == *ft) return name;
+  // No (known) file type: the type holding most weight bytes.
+  std::map<TensorType, uint64_t> bytes;
+  for (const auto& w : m.weights()) bytes[w.type] += w.nbytes;
+  TensorType best = TensorType::F32;
+  for (const auto& [t, b] : bytes) if (b > bytes[best]) best = t;
+  std::string s(type_name(best));
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+double now_ns() {
+  return static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+struct Result {
+  std::string model_file, model_type, backend, kv, test;
+  uint64_t size = 0, params = 0;
+  Config cfg;
+  Test t;
+  std::vector<double> samples_ns, samples_ts;
+  double avg_ts() const {
+    double s = 0;
+    for (double v : samples_ts) s += v;
+    return samples_ts.empty() ? 0 : s / static_cast<double>(samples_ts.size());
+  }
+  double stddev_ts() const {
+    if (samples_ts.size() < 2) return 0;
+    const double m = avg_ts();
+    double s = 0;
+    for (double v : samples_ts) s += (v - m) * (v - m);
+    return std::sqrt(s / static_cast<double>(samples_ts.size() - 1));
+  }
+};
+
+// One timed run: optional untimed depth, then the prompt in n_batch chunks, then n_gen single
+// tokens. Returns nanoseconds of the timed part.
+double run_once(Engine& e, const Test& t, int64_t n_batch, std::mt19937& rng) {
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(e.n_vocab() - 1));
+  const auto random_tokens = [&](int64_t n) {
+    std::vector<int32_t> v(static_cast<size_t>(n));
+    for (auto& x : v) x = tok(rng);
+    return v;
+  };
+  e.reset();
+  for (int64_t done = 0; done < t.n_depth; done += n_batch) e.decode(random_tokens(std::min(n_batch, t.n_depth - done)));
+  const double t0 = now_ns();
+  for (int64_t done = 0; done < t.n_prompt; done += n_batch) e.decode(random_tokens(std::min(n_batch, t.n_prompt - done)));
+  int32_t next = tok(rng);
+  for (int64_t i = 0; i < t.n_gen; ++i) {
+    const int32_t one[1] = {next};
+    e.decode(one);
+    next = tok(rng);
+  }
+  e.backend().synchronize();
+  return now_ns() - t0;
+}
+
+void print_markdown(const std::vector<Result>& rs) {
+  std::printf("| %-30s | %10s | %10s | %-10s | %7s | %6s | %16s | %20s |\n", "model", "size", "params", "backend",
+              "threads", "type_k", "test", "t/s");
+  std::printf("| %-30s | %10s | %10s | %-10s | %7s | %6s | %16s | %20s |\n", "------------------------------",
+              "---------:", "---------:", "----------", "------:", "-----:", "---------------:", "-------------------:");
+  for (const Result& r : rs)
+    std::printf("| %-30s | %6.2f MiB | %8.2f M | %-10s | %7d | %6s | %16s | %20s |\n", r.model_type.c_str(),
+                static_cast<double>(r.size) / (1024.0 * 1024.0), static_cast<double>(r.params) / 1e6,
+                r.backend.c_str(), r.cfg.threads, r.kv.c_str(), r.test.c_str(),
+                fmt::format("{:.2f} ± {:.2f}", r.avg_ts(), r.stddev_ts()).c_str());
+}
+
+nlohmann::ordered_json to_json(const Result& r) {
+  nlohmann::ordered_json j;
+  j["model_filename"] = r.model_file;
+  j["model_type"] = r.model_type;
+  j["model_size"] = r.size;
+  j["model_n_params"] = r.params;
+  j["backends"] = r.backend;
+  j["n_threads"] = r.cfg.threads;
+  j["n_batch"] = r.cfg.n_batch;
+  j["n_ubatch"] = r.cfg.n_ubatch;
+  j["type_k"] = r.kv;
+  j["type_v"] = r.kv;
+  j["n_prompt"] = r.t.n_prompt;
+  j["n_gen"] = r.t.n_gen;
+  j["n_depth"] = r.t.n_depth;
+  j["test"] = r.test;
+  double avg_ns = 0;
+  for (double v : r.samples_ns) avg_ns += v;
+  avg_ns /= std::max<size_t>(1, r.samples_ns.size());
+  j["avg_ns"] = static_cast<uint64_t>(avg_ns);
+  j["avg_ts"] = r.avg_ts();
+  j["stddev_ts"] = r.stddev_ts();
+  j["samples_ns"] = r.samples_ns;
+  j["samples_ts"] = r.samples_ts;
+  return j;
+}
+
+void bench(const BenchArgs& a) {
+  if (a.models.empty()) fail("bench: give at least one model with -m");
+  if (a.reps < 1) fail("bench: -r {} must be at least 1", a.reps);
+  if (a.output != "md" && a.output != "json" && a.output != "jsonl" && a.output != "csv")
+    fail("bench: output format '{}' is not one of md, json, jsonl, csv", a.output);
+  std::vector<Test> tests;
+  for (const auto& d : split_list(a.depth)) {
+    const int64_t depth = to_int(d, "-d");
+    for (const auto& p : split_list(a.n_prompt)) if (to_int(p, "-p") > 0) tests.push_back({to_int(p, "-p"), 0, depth});
+    for (const auto& n : split_list(a.n_gen)) if (to_int(n, "-n") > 0) tests.push_back({0, to_int(n, "-n"), depth});
+    for (const auto& s : split_list(a.pg)) {
+      const auto comma = s.find(',');
+      if (comma == std::string::npos) fail("bench: -pg '{}' must be P,N", s);
+      tests.push_back({to_int(s.substr(0, comma), "-pg"), to_int(s.substr(comma + 1), "-pg"), depth});
+    }
+  }
+  const auto ctv = split_list(a.ctv.empty() ? a.ctk : a.ctv);
+  const auto ctk = split_list(a.ctk);
+  std::vector<Config> configs;
+  std::vector<std::string> thread_list = split_list(a.threads);
+  if (thread_list.empty()) thread_list.push_back(std::to_string(default_thread_count()));
+  for (const auto& dev : split_list(a.devices))
+    for (const auto& th : thread_list)
+      for (const auto& b : split_list(a.n_batch))
+        for (const auto& ub : split_list(a.n_ubatch))
+          for (size_t k = 0; k < ctk.size(); ++k) {
+            const std::string& v = k < ctv.size() ? ctv[k] : ctv.back();
+            if (v != ctk[k]) fail("bench: different K and V cache types ({} / {}) are not supported", ctk[k], v);
+            configs.push_back({dev, static_cast<int>(to_int(th, "-t")), to_int(b, "-b"), to_int(ub, "-ub"), ctk[k]});
+          }
+  std::vector<Result> results;
+  for (const std::string& path : split_list(a.models)) {
+    auto model = Model::load(path);
+    const HParams& h = model->hparams();
+    for (const Config& c : configs) {
+      int64_t need = 0;
+      for (const Test& t : tests) need = std::max(need, t.n_depth + t.n_prompt + t.n_gen);
+      EngineConfig ec;
+      ec.device = parse_device(c.device);
+      ec.n_threads = c.threads;
+      ec.n_ctx = std::max<int64_t>(need + 1, 256);
+      ec.n_ubatch = static_cast<int32_t>(std::min(c.n_ubatch, c.n_batch));
+      ec.kv_type = parse_kv_type(c.kv);
+      Engine engine(model, ec);
+      std::mt19937 rng(1234);
+      for (const Test& t : tests) {
+        Result r;
+        r.model_file = path;
+        r.model_type = fmt::format("{} {} {}", h.arch_name, size_class(model->n_params()), ftype_name(*model));
+        r.size = model->weight_bytes();
+        r.params = model->n_params();
+        r.backend = c.device == "cpu" ? "CPU" : "CUDA";
+        r.kv = c.kv;
+        r.cfg = c;
+        r.t = t;
+        r.test = t.name();
+        run_once(engine, t, c.n_batch, rng);  // warm-up
+        for (int rep = 0; rep < a.reps; ++rep) {
+          const double ns = run_once(engine, t, c.n_batch, rng);
+          r.samples_ns.push_back(ns);
+          r.samples_ts.push_back(static_cast<double>(t.n_prompt + t.n_gen) / (ns / 1e9));
+          if (a.progress) log_info("{} {}: rep {} {:.2f} t/s", path, r.test, rep + 1, r.samples_ts.back());
+        }
+        if (a.output == "jsonl") std::printf("%s\n", to_json(r).dump().c_str());
+        results.push_back(std::move(r));
+      }
+    }
+  }
+  if (a.output == "md") {
+    print_markdown(results);
+  } else if (a.output == "json") {
+    nlohmann::ordered_json arr = nlohmann::ordered_json::array();
+    for (const Result& r : results) arr.push_back(to_json(r));
+    std::printf("%s\n", arr.dump(2).c_str());
+  } else if (a.output == "csv") {
+    std::printf("model_filename,model_type,model_size,model_n_params,backends,n_threads,n_batch,n_ubatch,type_k,n_prompt,n_gen,n_depth,avg_ts,stddev_ts\n");
+    for (const Result& r : results)
+      std::printf("\"%s\",\"%s\",%llu,%llu,%s,%d,%lld,%lld,%s,%lld,%lld,%lld,%.6f,%.6f\n", r.model_file.c_str(),
+                  r.model_type.c_str(), static_cast<unsigned long long>(r.size), static_cast<unsigned long long>(r.params),
+                  r.backend.c_str(), r.cfg.threads, static_cast<long long>(r.cfg.n_batch),
+                  static_cast<long long>(r.cfg.n_ubatch), r.kv.c_str(), static_cast<long long>(r.t.n_prompt),
+                  static_cast<long long>(r.t.n_gen), static_cast<long long>(r.t.n_depth), r.avg_ts(), r.stddev_ts());
+  }
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  auto a = std::make_shared<BenchArgs>();
+  auto* cmd = app.add_subcommand("bench", "Benchmark prompt processing and generation (llama-bench's tests and fields)");
+  cmd->add_option("-m,--model", a->models, "model file (repeatable, or comma-separated)")->required();
+  cmd->add_option("-p,--n-prompt", a->n_prompt, "prompt tokens (list)")->capture_default_str();
+  cmd->add_option("-n,--n-gen", a->n_gen, "generated tokens (list)")->capture_default_str();
+  cmd->add_option("--pg", a->pg, "prompt+generation test P,N (repeatable; also -pg)");
+  cmd->add_option("-d,--n-depth", a->depth, "tokens already in the cache before each test (list)")->capture_default_str();
+  cmd->add_option("-r,--repetitions", a->reps, "repetitions of each test")->capture_default_str();
+  cmd->add_option("-t,--threads", a->threads, "CPU threads (list; default: all cores)");
+  cmd->add_option("-b,--batch-size", a->n_batch, "tokens per decode call (list)")->capture_default_str();
+  cmd->add_option("--ubatch-size", a->n_ubatch, "tokens per forward pass (list; also -ub)")->capture_default_str();
+  cmd->add_option("--cache-type-k", a->ctk, "KV cache type: f32, f16, q8_0 (list; also -ctk)")->capture_default_str();
+  cmd->add_option("--cache-type-v", a->ctv, "must equal the K type (list; also -ctv)");
+  cmd->add_option("--device", a->devices, "cpu or cuda (list)")->capture_default_str();
+  cmd->add_option("-o,--output", a->output, "md, json, jsonl or csv")->capture_default_str();
+  cmd->add_flag("--progress", a->progress, "log each repetition");
+  // Accepted for llama-bench command-line compatibility: a model is placed on the GPU all or
+  // nothing (--device), and the CUDA backend always uses its flash-attention kernels.
+  cmd->add_option("--n-gpu-layers", a->ngl, "accepted for llama-bench compatibility (-ngl); use --device");
+  cmd->add_option("--flash-attn", a->fa, "accepted for llama-bench compatibility (-fa)");
+  cmd->callback([a] { bench(*a); });
+}
+
+}  // namespace minfer::cli
