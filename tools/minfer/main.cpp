@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   minfer::cli::add_inspect_command(app);
   minfer::cli::add_run_command(app);
   minfer::cli::add_bench_command(app);
+  minfer::cli::add_perplexity_command(app);
   minfer::cli::add_chat_command(app);
   minfer::cli::add_tokenize_command(app);
   // llama.cpp's tools take multi-letter single-dash options (-ub, -ctk, -pg ...), which CLI11 does
