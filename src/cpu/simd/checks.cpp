@@ -1,0 +1,42 @@
+// Argument checks shared by every kernel level (see levels.h).
+#include "core/error.h"
+#include "cpu/simd/levels.h"
+#include "quant/quant.h"
+
+namespace minfer::cpu::simd::detail {
+
+int kernel_type_index(TensorType t) {
+  for (size_t i = 0; i < kKernelTypes.size(); ++i)
+    if (kKernelTypes[i] == t) return static_cast<int>(i);
+  return -1;
+}
+
+int64_t check_row(const char* op, TensorType t, int64_t k) {
+  const TypeTraits& tr = type_traits(t);
+  check(k >= 0, "{} {}: row length {} is negative", op, type_name(t), k);
+  check(k % tr.block_size == 0, "{} {}: row length {} is not a multiple of the block size {}", op,
+        type_name(t), k, tr.block_size);
+  return k / tr.block_size;
+}
+
+int64_t check_gemm(TensorType t, int64_t k, size_t w_row_bytes, int64_t nr, size_t a_row_bytes,
+                   int64_t nc, int64_t out_stride) {
+  const int64_t nb = check_row("gemm_tile", t, k);
+  check(nr >= 0 && nc >= 0, "gemm_tile {}: negative tile size {} x {}", type_name(t), nr, nc);
+  if (nr == 0 || nc == 0) return nb;
+  const TypeTraits& tr = type_traits(t);
+  const size_t wb = row_bytes(t, k), ab = row_bytes(tr.vec_dot_type, k);
+  check(nr == 1 || w_row_bytes >= wb,
+        "gemm_tile {}: weight row stride {} bytes is smaller than a row of {} elements ({} bytes)",
+        type_name(t), w_row_bytes, k, wb);
+  check(nc == 1 || a_row_bytes >= ab,
+        "gemm_tile {}: activation row stride {} bytes is smaller than a {} row of {} elements ({} "
+        "bytes)",
+        type_name(t), a_row_bytes, type_name(tr.vec_dot_type), k, ab);
+  check(nc == 1 || out_stride >= nr,
+        "gemm_tile {}: output stride {} is smaller than the {} rows of the tile", type_name(t),
+        out_stride, nr);
+  return nb;
+}
+
+}  // namespace minfer::cpu::simd::detail

@@ -1,0 +1,63 @@
+// gemm_* of one SIMD level (see level_api.h): the tiled kernel (gemm_driver.h) when there are
+// at least 3 token rows, otherwise the row-at-a-time path. Types without a tiled kernel at this
+// level (the float types; Q8_0 on avx2, whose signed weights would overflow VPMADDUBSW against
+// the +128 activations) always take the row-at-a-time path. Included only by gemm_avx2.cpp /
+// gemm_avx512.cpp.
+#pragma once
+
+#include "cpu/simd/gemm_driver.h"
+#include "cpu/simd/level_api.h"
+#include "cpu/simd/levels.h"
+
+namespace minfer::cpu::simd::MINFER_SIMD_NS {
+namespace {
+
+/// Rows per register tile: 4 with 32 vector registers (avx512), 2 with 16 (avx2).
+constexpr int kTileRows = MINFER_SIMD_AVX512 ? 4 : 2;
+/// From this many token rows on, the tiled kernel beats the row-at-a-time one.
+constexpr int64_t kMinTiledTokens = 3;
+
+template <TensorType T, class G, GemmTileFn Rows>
+void tiled_or_rows(int64_t k, const void* w, size_t w_row_bytes, int64_t nr, const void* a,
+                   size_t a_row_bytes, int64_t nc, float* out, int64_t out_stride) {
+  if (nc < kMinTiledTokens) {
+    Rows(k, w, w_row_bytes, nr, a, a_row_bytes, nc, out, out_stride);
+    return;
+  }
+  const int64_t nb = detail::check_gemm(T, k, w_row_bytes, nr, a_row_bytes, nc, out_stride);
+  if (nr == 0 || nc == 0) return;
+  gemm_tiled<G, kTileRows>(k / G::kUnit, w, w_row_bytes, nr, a, a_row_bytes, nc, out, out_stride);
+  (void)nb;
+}
+
+}  // namespace
+
+#define MINFER_SIMD_TILED(name, T, G)                                                           \
+  void gemm_##name(int64_t k, const void* w, size_t wr, int64_t nr, const void* a, size_t ar,   \
+                   int64_t nc, float* out, int64_t os) {                                        \
+    tiled_or_rows<T, G, gemm_rows_##name>(k, w, wr, nr, a, ar, nc, out, os);                    \
+  }
+#define MINFER_SIMD_ROWS(name)                                                                  \
+  void gemm_##name(int64_t k, const void* w, size_t wr, int64_t nr, const void* a, size_t ar,   \
+                   int64_t nc, float* out, int64_t os) {                                        \
+    gemm_rows_##name(k, w, wr, nr, a, ar, nc, out, os);                                         \
+  }
+MINFER_SIMD_ROWS(f32)
+MINFER_SIMD_ROWS(f16)
+MINFER_SIMD_ROWS(bf16)
+MINFER_SIMD_TILED(q4_0, TensorType::Q4_0, GemmQ4_0)
+MINFER_SIMD_TILED(q4_1, TensorType::Q4_1, GemmQ4_1)
+MINFER_SIMD_TILED(q5_0, TensorType::Q5_0, GemmQ5_0)
+MINFER_SIMD_TILED(q5_1, TensorType::Q5_1, GemmQ5_1)
+#if MINFER_SIMD_AVX512
+MINFER_SIMD_TILED(q8_0, TensorType::Q8_0, GemmQ8_0)
+#else
+MINFER_SIMD_ROWS(q8_0)
+#endif
+MINFER_SIMD_TILED(q4_K, TensorType::Q4_K, GemmQ4_K)
+MINFER_SIMD_TILED(q5_K, TensorType::Q5_K, GemmQ5_K)
+MINFER_SIMD_TILED(q6_K, TensorType::Q6_K, GemmQ6_K)
+#undef MINFER_SIMD_TILED
+#undef MINFER_SIMD_ROWS
+
+}  // namespace minfer::cpu::simd::MINFER_SIMD_NS
