@@ -227,6 +227,87 @@ TEST(CpuSimdGemm, empty_tiles_write_nothing) {
     }
 }
 
+/// gemm_packed on the packed form of `rows` rows, over the row range [row0, row0 + nr), against
+/// the reference dot of every (row, token) pair.
+void check_packed(const CpuKernels& kk, TensorType t, int64_t k, int64_t rows, int64_t row0, int64_t nr, int64_t nc,
+                  Fill fill, uint32_t seed) {
+  const auto& tk = kk.get(t);
+  const TypeTraits& tr = type_traits(t);
+  const size_t wb = row_bytes(t, k) + 6, ab = row_bytes(tr.vec_dot_type, k) + 2;
+  const auto w = make_weights(t, k, rows, wb, fill, seed);
+  const auto a = make_acts(tr.vec_dot_type, k, nc, ab, seed + 1, kActScales);
+  std::vector<uint8_t> packed(tk.packed_bytes(k, rows) + 1);
+  packed.back() = 0x5A;
+  tk.pack(k, w.data(), wb, rows, packed.data());
+  ASSERT_EQ(packed.back(), 0x5A) << "pack wrote past packed_bytes";
+  const int64_t out_stride = nr + 1;
+  std::vector<float> out(static_cast<size_t>(out_stride * nc), -7.0f);
+  tk.gemm_packed(k, packed.data(), rows, row0, nr, a.data(), ab, nc, out.data(), out_stride);
+  for (int64_t tok = 0; tok < nc; ++tok)
+    for (int64_t i = 0; i < out_stride; ++i) {
+      const float got = out[static_cast<size_t>(i + tok * out_stride)];
+      if (i >= nr) {
+        ASSERT_EQ(got, -7.0f) << "gemm_packed wrote outside the range";
+        continue;
+      }
+      const int64_t j = row0 + i;
+      const float want = tr.vec_dot(k, w.data() + static_cast<size_t>(j) * wb, a.data() + static_cast<size_t>(tok) * ab);
+      ASSERT_EQ(bits(got), bits(want)) << level_str(kk.level) << " " << type_name(t) << " k=" << k << " rows=" << rows
+                                       << " range [" << row0 << ", " << row0 + nr << ") at row " << j << " token "
+                                       << tok << " of " << nc << ": got " << got << " want " << want;
+    }
+}
+
+TEST(CpuSimdPacked, gemm_packed_is_bit_identical_to_reference_for_every_packed_type) {
+  for (SimdLevel lv : levels()) {
+    const CpuKernels& kk = cpu::simd::cpu_kernels(lv);
+    int n_packed = 0;
+    for (TensorType t : cpu::simd::kKernelTypes) {
+      const auto& tk = kk.get(t);
+      if (tk.pack == nullptr) {
+        EXPECT_EQ(tk.packed_bytes, nullptr);
+        EXPECT_EQ(tk.gemm_packed, nullptr);
+        continue;
+      }
+      ++n_packed;
+      const int64_t pr = tk.pack_rows;
+      ASSERT_GT(pr, 0);
+      EXPECT_EQ(tk.packed_bytes(row_lengths(t)[0], pr), row_bytes(t, row_lengths(t)[0]) * static_cast<size_t>(pr))
+          << "the packed form of whole groups is as large as the rows";
+      uint32_t seed = 11;
+      const auto ks = row_lengths(t);
+      for (int64_t k : {ks[0], ks[2], ks[3], ks.back()}) {
+        SCOPED_TRACE(level_str(lv) + " " + std::string(type_name(t)));
+        check_packed(kk, t, k, 2 * pr + 3, 0, 2 * pr + 3, 1, Fill::kQuantized, seed++);
+        check_packed(kk, t, k, 2 * pr + 3, 1, 2 * pr, 3, Fill::kRandomBits, seed++);
+        check_packed(kk, t, k, 3 * pr, pr, pr, 6, Fill::kQuantized, seed++);
+        check_packed(kk, t, k, 5, 2, 3, 2, Fill::kZero, seed++);
+        // 16 tokens and more take the tiled kernel on rows rebuilt from the packed form.
+        if (k <= 4864) check_packed(kk, t, k, 2 * pr + 3, 3, 2 * pr - 1, 17, Fill::kRandomBits, seed++);
+        if (HasFatalFailure()) return;
+      }
+    }
+    // avx512 packs Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K; avx2 all but Q8_0; scalar none.
+    const int want = lv == SimdLevel::kAvx512 ? 8 : lv == SimdLevel::kAvx2 ? 7 : 0;
+    EXPECT_EQ(n_packed, want) << level_str(lv);
+  }
+}
+
+TEST(CpuSimdErrors, gemm_packed_rejects_row_ranges_outside_the_packed_rows) {
+  for (SimdLevel lv : levels())
+    for (TensorType t : cpu::simd::kKernelTypes) {
+      const auto& tk = cpu::simd::cpu_kernels(lv).get(t);
+      if (tk.pack == nullptr) continue;
+      std::vector<uint8_t> packed(tk.packed_bytes(256, 20));
+      uint8_t act[1024] = {};
+      float out[64];
+      EXPECT_THROW(tk.gemm_packed(256, packed.data(), 20, 10, 11, act, 300, 1, out, 11), Error);
+      EXPECT_THROW(tk.gemm_packed(256, packed.data(), 20, -1, 2, act, 300, 1, out, 2), Error);
+      EXPECT_THROW(tk.packed_bytes(100, 20), Error);
+      EXPECT_THROW(tk.packed_bytes(256, -1), Error);
+    }
+}
+
 TEST(CpuSimdErrors, bad_row_lengths_and_strides_throw_errors_naming_the_value) {
   for (SimdLevel lv : levels()) {
     const CpuKernels& kk = cpu::simd::cpu_kernels(lv);

@@ -8,14 +8,10 @@
 #include "cpu/simd/gemm_driver.h"
 #include "cpu/simd/level_api.h"
 #include "cpu/simd/levels.h"
+#include "quant/quant.h"
 
 namespace minfer::cpu::simd::MINFER_SIMD_NS {
 namespace {
-
-/// Rows per register tile: 4 with 32 vector registers (avx512), 2 with 16 (avx2).
-constexpr int kTileRows = MINFER_SIMD_AVX512 ? 4 : 2;
-/// From this many token rows on, the tiled kernel beats the row-at-a-time one.
-constexpr int64_t kMinTiledTokens = 3;
 
 template <TensorType T, class G, GemmTileFn Rows>
 void tiled_or_rows(int64_t k, const void* w, size_t w_row_bytes, int64_t nr, const void* a,
@@ -26,8 +22,11 @@ void tiled_or_rows(int64_t k, const void* w, size_t w_row_bytes, int64_t nr, con
   }
   const int64_t nb = detail::check_gemm(T, k, w_row_bytes, nr, a_row_bytes, nc, out_stride);
   if (nr == 0 || nc == 0) return;
-  gemm_tiled<G, kTileRows>(k / G::kUnit, w, w_row_bytes, nr, a, a_row_bytes, nc, out, out_stride);
-  (void)nb;
+  const auto* wb = static_cast<const uint8_t*>(w);
+  gemm_tiled<G, kTileRows>(
+      nb * type_traits(T).block_size / G::kUnit,
+      [wb, w_row_bytes](int64_t j) { return wb + static_cast<size_t>(j) * w_row_bytes; }, nr, a,
+      a_row_bytes, nc, out, out_stride);
 }
 
 }  // namespace

@@ -16,9 +16,6 @@
 
 namespace minfer::cpu::simd::MINFER_SIMD_NS {
 
-using F = TV::F;
-using I = TV::I;
-
 /// Term of one legacy unit for R rows x V token vectors, added to facc.
 template <int R, int V, bool kMin>
 inline void unit_legacy(const PanelLegacy* p, const uint8_t* const* a, F (&facc)[R][V]) {
@@ -240,6 +237,14 @@ void gemm_micro(const typename G::Panel* panel, const uint8_t* const* chunks, in
   std::copy(lanes, lanes + kVec, res);
 }
 
+/// Rows per register tile: 4 with 32 vector registers (avx512), 2 with 16 (avx2).
+inline constexpr int kTileRows = MINFER_SIMD_AVX512 ? 4 : 2;
+/// From this many token rows on, the tiled kernel beats the row-at-a-time one.
+inline constexpr int64_t kMinTiledTokens = 3;
+/// From this many token rows on, the tiled kernel (on rows rebuilt from the packed form) beats
+/// the packed kernel.
+inline constexpr int64_t kMinTiledTokensPacked = 16;
+
 /// Thread-local scratch of the tiled kernel.
 struct GemmScratch {
   std::vector<uint8_t> acts;
@@ -250,10 +255,11 @@ inline GemmScratch& gemm_scratch() {
   return s;
 }
 
-/// The tiled gemm (arguments of GemmTileFn, already checked; nunits = k / G::kUnit).
-template <class G, int R>
-void gemm_tiled(int64_t nunits, const void* w, size_t w_row_bytes, int64_t nr, const void* a,
-                size_t a_row_bytes, int64_t nc, float* out, int64_t out_stride) {
+/// The tiled gemm (arguments of GemmTileFn, already checked; nunits = k / G::kUnit). row_at(j)
+/// gives weight row j in the standard layout (valid until the next call).
+template <class G, int R, class RowAt>
+void gemm_tiled(int64_t nunits, RowAt row_at, int64_t nr, const void* a, size_t a_row_bytes,
+                int64_t nc, float* out, int64_t out_stride) {
   constexpr int kRowGroup = 4 * R;  // rows whose panels are unpacked together
   constexpr size_t kUB = act_unit_bytes<G::kAct>();
   using Panel = typename G::Panel;
@@ -263,7 +269,6 @@ void gemm_tiled(int64_t nunits, const void* w, size_t w_row_bytes, int64_t nr, c
   s.acts.resize(chunk_bytes * static_cast<size_t>(nchunks));
   s.panel.resize(sizeof(Panel) * static_cast<size_t>(nunits) * kRowGroup);
   const auto* ab = static_cast<const uint8_t*>(a);
-  const auto* wb = static_cast<const uint8_t*>(w);
   for (int64_t c = 0; c < nchunks; ++c)
     pack_act_chunk<G::kAct>(ab, a_row_bytes, c * kW, static_cast<int>(std::min<int64_t>(kW, nc - c * kW)),
                             nunits, s.acts.data() + static_cast<size_t>(c) * chunk_bytes);
@@ -275,7 +280,7 @@ void gemm_tiled(int64_t nunits, const void* w, size_t w_row_bytes, int64_t nr, c
     for (int sp = 0; sp < nsub; ++sp)
       for (int r = 0; r < R; ++r) {
         const int64_t j = std::min<int64_t>(j0 + sp * R + r, nr - 1);  // pad with the last row
-        G::unpack(wb + static_cast<size_t>(j) * w_row_bytes, nunits,
+        G::unpack(row_at(j), nunits,
                   panel + static_cast<size_t>(sp) * nunits * R + r, R);
       }
     for (int64_t c = 0; c < nchunks; c += 2) {

@@ -41,6 +41,16 @@ struct TV {
   static I dot2(I acc, I x, I y) { return _mm512_dpwssd_epi32(acc, x, y); }
   static I mullo(I a, I b) { return _mm512_mullo_epi32(a, b); }
   static I addi(I a, I b) { return _mm512_add_epi32(a, b); }
+  static I subi(I a, I b) { return _mm512_sub_epi32(a, b); }
+  static I andi(I a, I b) { return _mm512_and_si512(a, b); }
+  static I ori(I a, I b) { return _mm512_or_si512(a, b); }
+  // Shifts as GCC vector operations (same instructions): GCC 12's _mm512_s{l,r}li_* trip
+  // -Wmaybe-uninitialized on their internal _mm512_undefined_epi32().
+  static I srli16(I a, int n) { return reinterpret_cast<I>(reinterpret_cast<__v32hu>(a) >> n); }
+  static I slli16(I a, int n) { return reinterpret_cast<I>(reinterpret_cast<__v32hu>(a) << n); }
+  static I srli32(I a, int n) { return reinterpret_cast<I>(reinterpret_cast<__v16su>(a) >> n); }
+  static I slli32(I a, int n) { return reinterpret_cast<I>(reinterpret_cast<__v16su>(a) << n); }
+  static I srai32(I a, int n) { return reinterpret_cast<I>(reinterpret_cast<__v16si>(a) >> n); }
   static I zeroi() { return _mm512_setzero_si512(); }
   // VCVTDQ2PS (round to nearest), written as a vector conversion: GCC 12's _mm512_cvtepi32_ps
   // trips -Wmaybe-uninitialized on its internal _mm512_undefined_ps().
@@ -50,6 +60,9 @@ struct TV {
   static F sub(F a, F b) { return _mm512_sub_ps(a, b); }
   static F zero() { return _mm512_setzero_ps(); }
   static void store(float* p, F v) { _mm512_storeu_ps(p, v); }
+  /// 16 halves at p as f32 (zero-masking form: GCC 12's _mm512_cvtph_ps trips
+  /// -Wmaybe-uninitialized on its internal _mm512_undefined_ps()).
+  static F halves(const void* p) { return _mm512_maskz_cvtph_ps(static_cast<__mmask16>(0xFFFF), loadu256(p)); }
 };
 #else
 struct TV {
@@ -65,6 +78,14 @@ struct TV {
   static I dot2(I acc, I x, I y) { return dot2_i16(acc, x, y); }
   static I mullo(I a, I b) { return _mm256_mullo_epi32(a, b); }
   static I addi(I a, I b) { return _mm256_add_epi32(a, b); }
+  static I subi(I a, I b) { return _mm256_sub_epi32(a, b); }
+  static I andi(I a, I b) { return _mm256_and_si256(a, b); }
+  static I ori(I a, I b) { return _mm256_or_si256(a, b); }
+  static I srli16(I a, int n) { return _mm256_srli_epi16(a, n); }
+  static I slli16(I a, int n) { return _mm256_slli_epi16(a, n); }
+  static I srli32(I a, int n) { return _mm256_srli_epi32(a, n); }
+  static I slli32(I a, int n) { return _mm256_slli_epi32(a, n); }
+  static I srai32(I a, int n) { return _mm256_srai_epi32(a, n); }
   static I zeroi() { return _mm256_setzero_si256(); }
   static F cvt(I a) { return _mm256_cvtepi32_ps(a); }
   static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
@@ -72,9 +93,13 @@ struct TV {
   static F sub(F a, F b) { return _mm256_sub_ps(a, b); }
   static F zero() { return _mm256_setzero_ps(); }
   static void store(float* p, F v) { _mm256_storeu_ps(p, v); }
+  /// 8 halves at p as f32.
+  static F halves(const void* p) { return _mm256_cvtph_ps(loadu128(p)); }
 };
 #endif
 inline constexpr int kW = TV::W;
+using F = TV::F;
+using I = TV::I;
 
 // ---- activation chunks -------------------------------------------------------------------------
 

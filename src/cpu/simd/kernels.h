@@ -52,6 +52,23 @@ using GemmTileFn = void (*)(int64_t k, const void* w, size_t w_row_bytes, int64_
                             const void* a, size_t a_row_bytes, int64_t nc, float* out,
                             int64_t out_stride);
 
+/// Bytes of the packed (row-interleaved) form of `rows` weight rows of k elements. Throws
+/// minfer::Error for a bad k or negative rows.
+using PackedBytesFn = size_t (*)(int64_t k, int64_t rows);
+
+/// Writes the packed form of `rows` rows of k elements (standard layout at w, w_row_bytes apart)
+/// to dst (packed_bytes(k, rows) bytes, any alignment). Throws like gemm_tile for bad arguments.
+using PackFn = void (*)(int64_t k, const void* w, size_t w_row_bytes, int64_t rows, void* dst);
+
+/// out[(j - row0) + t * out_stride] = vec_dot(k, W row j, A row t) for row0 <= j < row0 + nr,
+/// t < nc, with W given in packed form (`packed`, made by this level's pack for `rows` rows).
+/// Bit-identical to gemm_tile. Any row range works; ranges that start and end on a multiple of
+/// kPackRows(level) rows waste no work. Throws minfer::Error when the range is not inside
+/// [0, rows) or for the argument errors of gemm_tile.
+using GemmPackedFn = void (*)(int64_t k, const void* packed, int64_t rows, int64_t row0,
+                              int64_t nr, const void* a, size_t a_row_bytes, int64_t nc,
+                              float* out, int64_t out_stride);
+
 /// The kernels of one weight type at one level.
 struct TypeKernels {
   TensorType type = TensorType::F32;          ///< weight type
@@ -59,6 +76,13 @@ struct TypeKernels {
   VecDotFn vec_dot = nullptr;
   QuantizeActFn quantize_act = nullptr;
   GemmTileFn gemm_tile = nullptr;
+  /// Packed weights (README.md "Packed weights"): null when this type has no packed form at this
+  /// level. The packed form is as large as the weights (plus padding to a multiple of
+  /// pack_rows rows) and is specific to the level that made it.
+  PackedBytesFn packed_bytes = nullptr;
+  PackFn pack = nullptr;
+  GemmPackedFn gemm_packed = nullptr;
+  int pack_rows = 0;  ///< rows interleaved per group (16 on avx512, 8 on avx2), 0 without a packed form
 };
 
 /// Every weight type with kernels: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K.

@@ -1,7 +1,7 @@
 // Entry points of one SIMD level (namespace avx2 or avx512, chosen by the compile flags of the
 // including file, see isa.h), shared by that level's translation units: vecdot_<level>.cpp
 // defines the vec_dot_* and row-at-a-time gemm_*, gemm_<level>.cpp the tiled gemm_*,
-// table_<level>.cpp fills the CpuKernels table. Signatures are those of kernels.h.
+// packed_<level>.cpp the packed-weight kernels, table_<level>.cpp fills the CpuKernels table. Signatures are those of kernels.h.
 #pragma once
 
 #include "cpu/simd/isa.h"
@@ -27,6 +27,10 @@ MINFER_SIMD_DECLARE(q4_K)
 MINFER_SIMD_DECLARE(q5_K)
 MINFER_SIMD_DECLARE(q6_K)
 #undef MINFER_SIMD_DECLARE
+
+/// Packed-weight kernels of the types that have them at this level (packed_<level>.cpp): sets
+/// packed_bytes, pack, gemm_packed and pack_rows of the entries in k.types.
+void fill_packed(CpuKernels& k);
 
 /// Fills the table with this level's kernels (table_<level>.cpp).
 void fill(CpuKernels& k);

@@ -29,4 +29,11 @@ int64_t check_row(const char* op, TensorType t, int64_t k);
 int64_t check_gemm(TensorType t, int64_t k, size_t w_row_bytes, int64_t nr, size_t a_row_bytes,
                    int64_t nc, int64_t out_stride);
 
+/// Validates the arguments of gemm_packed (see GemmPackedFn) and returns the number of blocks.
+int64_t check_gemm_packed(TensorType t, int64_t k, int64_t rows, int64_t row0, int64_t nr,
+                          size_t a_row_bytes, int64_t nc, int64_t out_stride);
+
+/// Validates the arguments of pack / packed_bytes and returns the number of blocks.
+int64_t check_pack(TensorType t, int64_t k, int64_t rows, size_t w_row_bytes);
+
 }  // namespace minfer::cpu::simd::detail

@@ -1,0 +1,209 @@
+// Row-interleaved ("packed") weights of the legacy block types and their kernel, for the SIMD
+// levels: one 32-bit vector lane per weight row (kW = 16 rows per ZMM on avx512, 8 per YMM on
+// avx2), the activation's 4-byte groups broadcast to every lane, so VPDPBUSD adds 4 products to
+// each of kW rows with no horizontal sum. This is the decode path (one token): about 2 vector
+// operations per (row, block) against about 8 for the row-at-a-time kernel.
+// Included only from *_avx2.cpp / *_avx512.cpp files (isa.h).
+//
+// Packed layout, for each group of kW rows (rows past the end are zero) and each block b, the
+// group's entry of P::kBytes bytes (the same bytes per row as the GGUF block, reordered):
+//   q     4 vectors (Q8_0: 8) of kW x 4 bytes: lane r of vector c holds qs[4c .. 4c + 3] of row r
+//         (the packed nibbles: low nibbles are elements 4c.., high nibbles elements 16 + 4c..;
+//         Q8_0: the values + 128, elements 4c .. 4c + 3)
+//   hmask Q5_0 / Q5_1 only: 8 masks of kW * 4 bits, bit 4r + i of mask g = bit 4 of element
+//         4g + i of row r (the qh bits, reordered)
+//   d     kW halves; m (Q4_1 / Q5_1) kW halves
+// Group entries are back to back in block order; groups follow each other.
+#pragma once
+
+#include <type_traits>
+#include <vector>
+
+#include "cpu/simd/gemm_pack.h"
+
+namespace minfer::cpu::simd::MINFER_SIMD_NS {
+
+template <class B>
+struct PackedLegacy {
+  using Block = B;
+  static constexpr bool kQ8 = std::is_same_v<B, block_q8_0>;
+  static constexpr bool kFive = std::is_same_v<B, block_q5_0> || std::is_same_v<B, block_q5_1>;
+  static constexpr bool kMin = std::is_same_v<B, block_q4_1> || std::is_same_v<B, block_q5_1>;
+  /// w = u - kOffset with u the unsigned value the kernel multiplies.
+  static constexpr int kOffset = std::is_same_v<B, block_q4_0> ? 8 : std::is_same_v<B, block_q5_0> ? 16 : kQ8 ? 128 : 0;
+  static constexpr int kQVecs = kQ8 ? 8 : 4;
+  static constexpr size_t kQBytes = static_cast<size_t>(kQVecs) * kW * 4;
+  static constexpr size_t kMaskBytes = kFive ? 8 * kW * 4 / 8 : 0;
+  static constexpr size_t kDOffset = kQBytes + kMaskBytes;
+  static constexpr size_t kMOffset = kDOffset + kW * 2;
+  static constexpr size_t kBytes = kDOffset + kW * 2 * (kMin ? 2 : 1);
+  static_assert(kBytes == sizeof(B) * kW, "the packed form holds the same bytes");
+};
+
+template <class P>
+size_t packed_legacy_bytes(int64_t nb, int64_t rows) {
+  return static_cast<size_t>((rows + kW - 1) / kW) * static_cast<size_t>(nb) * P::kBytes;
+}
+
+/// Packs `rows` rows of nb blocks (w_row_bytes apart) into dst (packed_legacy_bytes bytes).
+template <class P>
+void pack_legacy(int64_t nb, const uint8_t* w, size_t w_row_bytes, int64_t rows, uint8_t* dst) {
+  using Block = typename P::Block;
+  const int64_t groups = (rows + kW - 1) / kW;
+  for (int64_t G = 0; G < groups; ++G) {
+    uint8_t* gd = dst + static_cast<size_t>(G) * static_cast<size_t>(nb) * P::kBytes;
+    std::memset(gd, 0, static_cast<size_t>(nb) * P::kBytes);
+    for (int r = 0; r < kW; ++r) {
+      const int64_t row = G * kW + r;
+      if (row >= rows) break;
+      const auto* x = reinterpret_cast<const Block*>(w + static_cast<size_t>(row) * w_row_bytes);
+      for (int64_t b = 0; b < nb; ++b) {
+        uint8_t* e = gd + static_cast<size_t>(b) * P::kBytes;
+        for (int c = 0; c < P::kQVecs; ++c) {
+          uint32_t v = static_cast<uint32_t>(load_i32(x[b].qs + 4 * c));
+          if constexpr (P::kQ8) v ^= 0x80808080u;
+          std::memcpy(e + (static_cast<size_t>(c) * kW + r) * 4, &v, 4);
+        }
+        if constexpr (P::kFive) {
+          const uint32_t qh = q5_high_bits(x[b].qh);
+          for (int g = 0; g < 8; ++g) {
+            uint8_t* mask = e + P::kQBytes + static_cast<size_t>(g) * (kW * 4 / 8);
+            const uint32_t nib = (qh >> (4 * g)) & 0xFu;  // elements 4g .. 4g + 3
+            mask[(4 * r) / 8] = static_cast<uint8_t>(mask[(4 * r) / 8] | nib << ((4 * r) % 8));
+          }
+        }
+        std::memcpy(e + P::kDOffset + static_cast<size_t>(r) * 2, &x[b].d, 2);
+        if constexpr (P::kMin) std::memcpy(e + P::kMOffset + static_cast<size_t>(r) * 2, &x[b].m, 2);
+      }
+    }
+  }
+}
+
+/// Per-token facts the packed legacy kernel needs, for each block: the activation block, the
+/// integer correction -kOffset * asum, da, and float(asum) (Q4_1 / Q5_1).
+struct PackedAct {
+  const uint8_t* blocks = nullptr;
+  size_t block_bytes = 0, qs_offset = 0;
+  const int32_t* corr = nullptr;
+  const float* da = nullptr;
+  const float* asumf = nullptr;
+};
+
+struct PackedActBuf {
+  std::vector<int32_t> corr;
+  std::vector<float> da, asumf;
+};
+
+inline PackedAct make_packed_act(const uint8_t* a, int64_t nb, bool q8_1, int offset, PackedActBuf& buf) {
+  buf.corr.resize(static_cast<size_t>(nb));
+  buf.da.resize(static_cast<size_t>(nb));
+  buf.asumf.resize(static_cast<size_t>(nb));
+  PackedAct p;
+  p.blocks = a;
+  p.block_bytes = q8_1 ? sizeof(block_q8_1) : sizeof(block_q8_0);
+  p.qs_offset = q8_1 ? 4 : 2;
+  const __m256i ones8 = _mm256_set1_epi8(1);
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = a + static_cast<size_t>(b) * p.block_bytes;
+    const int32_t asum =
+        hsum_i32(_mm256_madd_epi16(_mm256_maddubs_epi16(ones8, loadu256(blk + p.qs_offset)), ones16));
+    buf.corr[static_cast<size_t>(b)] = -offset * asum;
+    buf.asumf[static_cast<size_t>(b)] = static_cast<float>(asum);
+    buf.da[static_cast<size_t>(b)] = _cvtsh_ss(load_u16(blk));
+  }
+  p.corr = buf.corr.data();
+  p.da = buf.da.data();
+  p.asumf = buf.asumf.data();
+  return p;
+}
+
+/// Adds 16 to byte j of u where bit j of the mask at p is set (kW * 4 bits).
+inline I add_mask_16(I u, const uint8_t* p) {
+#if MINFER_SIMD_AVX512
+  uint64_t m;
+  std::memcpy(&m, p, 8);
+  return _mm512_mask_add_epi8(u, static_cast<__mmask64>(m), u, _mm512_set1_epi8(16));
+#else
+  return add_high_bits(u, static_cast<uint32_t>(load_i32(p)));
+#endif
+}
+
+/// The packed legacy policy for the group driver (packed_driver.h): the terms of block b of a
+/// group for NT tokens, and the rebuilding of one row's standard blocks.
+template <class B>
+struct PackedLegacyKernel : PackedLegacy<B> {
+  using P = PackedLegacy<B>;
+  using Act = PackedAct;
+  using ActBuf = PackedActBuf;
+  static constexpr bool kQ8_1Act = P::kMin;
+  static constexpr int64_t kUnit = kQK;
+
+  static Act make_act(const uint8_t* a, int64_t nb, PackedActBuf& buf) {
+    return make_packed_act(a, nb, kQ8_1Act, P::kOffset, buf);
+  }
+
+  template <int NT>
+  static void terms(const uint8_t* e, int64_t b, const Act* acts, F (&term)[NT]) {
+    I u[8];
+    if constexpr (P::kQ8) {
+#pragma GCC unroll 8
+      for (int g = 0; g < 8; ++g) u[g] = TV::load(e + static_cast<size_t>(g) * kW * 4);
+    } else {
+      const I m4 = TV::bcast("\x0F\x0F\x0F\x0F");
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) {
+        const I v = TV::load(e + static_cast<size_t>(c) * kW * 4);
+        u[c] = TV::andi(v, m4);
+        u[c + 4] = TV::andi(TV::srli16(v, 4), m4);
+      }
+      if constexpr (P::kFive) {
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; ++g) u[g] = add_mask_16(u[g], e + P::kQBytes + static_cast<size_t>(g) * (kW * 4 / 8));
+      }
+    }
+    const F dw = TV::halves(e + P::kDOffset);
+    F mw = TV::zero();
+    if constexpr (P::kMin) mw = TV::halves(e + P::kMOffset);
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t) {
+      const Act& a = acts[t];
+      const uint8_t* q = a.blocks + static_cast<size_t>(b) * a.block_bytes + a.qs_offset;
+      I acc = TV::bcast(a.corr + b);
+#pragma GCC unroll 8
+      for (int g = 0; g < 8; ++g) acc = TV::dot4(acc, u[g], TV::bcast(q + 4 * g));
+      const F da = TV::bcastf(a.da + b);
+      term[t] = TV::mul(TV::mul(dw, da), TV::cvt(acc));
+      if constexpr (P::kMin) term[t] = TV::add(term[t], TV::mul(TV::mul(mw, da), TV::bcastf(a.asumf + b)));
+    }
+  }
+
+  /// Writes row r of the group (nb blocks) back in the standard layout.
+  static void unpack_row(const uint8_t* grp, int64_t nb, int r, uint8_t* row) {
+    auto* x = reinterpret_cast<B*>(row);
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* e = grp + static_cast<size_t>(b) * P::kBytes;
+      for (int c = 0; c < P::kQVecs; ++c) {
+        uint32_t v = static_cast<uint32_t>(load_i32(e + (static_cast<size_t>(c) * kW + r) * 4));
+        if constexpr (P::kQ8) v ^= 0x80808080u;
+        std::memcpy(x[b].qs + 4 * c, &v, 4);
+      }
+      if constexpr (P::kFive) {
+        uint32_t qh = 0;
+        for (int g = 0; g < 8; ++g) {
+          const uint8_t* mask = e + P::kQBytes + static_cast<size_t>(g) * (kW * 4 / 8);
+          qh |= static_cast<uint32_t>((mask[(4 * r) / 8] >> ((4 * r) % 8)) & 0xF) << (4 * g);
+        }
+        std::memcpy(x[b].qh, &qh, 4);
+      }
+      std::memcpy(&x[b].d, e + P::kDOffset + static_cast<size_t>(r) * 2, 2);
+      if constexpr (P::kMin) std::memcpy(&x[b].m, e + P::kMOffset + static_cast<size_t>(r) * 2, 2);
+    }
+  }
+
+  static void pack(int64_t nb, const uint8_t* w, size_t w_row_bytes, int64_t rows, uint8_t* dst) {
+    pack_legacy<P>(nb, w, w_row_bytes, rows, dst);
+  }
+};
+
+}  // namespace minfer::cpu::simd::MINFER_SIMD_NS
