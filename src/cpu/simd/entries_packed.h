@@ -63,13 +63,19 @@ void gemm_packed(int64_t k, const void* packed, int64_t rows, int64_t row0, int6
   const auto* pk = static_cast<const uint8_t*>(packed);
   const size_t group_bytes = static_cast<size_t>(nb) * K::kBytes;
   if (nc >= kMinTiledTokensPacked) {
-    s.row.resize(row_bytes(T, k));
+    // The tiled kernel asks for rows in increasing order: rebuild a whole group at a time.
+    const size_t rb = row_bytes(T, k);
+    s.row.resize(rb * kW);
+    int64_t cached = -1;
     gemm_tiled<G, kTileRows>(
         nb * type_traits(T).block_size / G::kUnit,
         [&](int64_t i) {
           const int64_t j = row0 + i;
-          K::unpack_row(pk + static_cast<size_t>(j / kW) * group_bytes, nb, static_cast<int>(j % kW), s.row.data());
-          return static_cast<const uint8_t*>(s.row.data());
+          if (j / kW != cached) {
+            cached = j / kW;
+            K::unpack_group(pk + static_cast<size_t>(cached) * group_bytes, nb, s.row.data(), rb);
+          }
+          return static_cast<const uint8_t*>(s.row.data() + static_cast<size_t>(j % kW) * rb);
         },
         nr, a, a_row_bytes, nc, out, out_stride);
     return;

@@ -62,19 +62,22 @@ struct DwordPacking {
       }
     }
   }
-  static void unpack_row(const PackedField (&f)[N], const uint8_t* grp, int64_t nb, int r, uint8_t* row) {
+  static void unpack_group(const PackedField (&f)[N], const uint8_t* grp, int64_t nb, uint8_t* rows,
+                           size_t row_bytes) {
     const size_t eb = entry_bytes(f);
     for (int64_t b = 0; b < nb; ++b) {
-      uint8_t* blk = row + static_cast<size_t>(b) * sizeof(Block);
       const uint8_t* e = grp + static_cast<size_t>(b) * eb;
       for (const auto& x : f) {
-        if (x.half) {
-          std::memcpy(blk + x.offset, e + 2 * static_cast<size_t>(r), 2);
-          e += 2 * kW;
-          continue;
+        for (int r = 0; r < kW; ++r) {
+          uint8_t* blk = rows + static_cast<size_t>(r) * row_bytes + static_cast<size_t>(b) * sizeof(Block);
+          if (x.half) {
+            std::memcpy(blk + x.offset, e + 2 * static_cast<size_t>(r), 2);
+            continue;
+          }
+          for (size_t v = 0; v < x.bytes / 4; ++v)
+            std::memcpy(blk + x.offset + 4 * v, e + (v * kW + static_cast<size_t>(r)) * 4, 4);
         }
-        for (size_t v = 0; v < x.bytes / 4; ++v) std::memcpy(blk + x.offset + 4 * v, e + (v * kW + static_cast<size_t>(r)) * 4, 4);
-        e += x.bytes * kW;
+        e += x.half ? 2 * kW : x.bytes * kW;
       }
     }
   }
@@ -184,9 +187,9 @@ struct PackedK45Kernel {
     if constexpr (kQ5) DwordPacking<Block, 5>::pack(kFields5, nb, w, w_row_bytes, rows, dst);
     else DwordPacking<Block, 4>::pack(kFields4, nb, w, w_row_bytes, rows, dst);
   }
-  static void unpack_row(const uint8_t* grp, int64_t nb, int r, uint8_t* row) {
-    if constexpr (kQ5) DwordPacking<Block, 5>::unpack_row(kFields5, grp, nb, r, row);
-    else DwordPacking<Block, 4>::unpack_row(kFields4, grp, nb, r, row);
+  static void unpack_group(const uint8_t* grp, int64_t nb, uint8_t* rows, size_t row_bytes) {
+    if constexpr (kQ5) DwordPacking<Block, 5>::unpack_group(kFields5, grp, nb, rows, row_bytes);
+    else DwordPacking<Block, 4>::unpack_group(kFields4, grp, nb, rows, row_bytes);
   }
 };
 
@@ -253,8 +256,8 @@ struct PackedK6Kernel {
   static void pack(int64_t nb, const uint8_t* w, size_t w_row_bytes, int64_t rows, uint8_t* dst) {
     DwordPacking<Block, 4>::pack(kFields, nb, w, w_row_bytes, rows, dst);
   }
-  static void unpack_row(const uint8_t* grp, int64_t nb, int r, uint8_t* row) {
-    DwordPacking<Block, 4>::unpack_row(kFields, grp, nb, r, row);
+  static void unpack_group(const uint8_t* grp, int64_t nb, uint8_t* rows, size_t row_bytes) {
+    DwordPacking<Block, 4>::unpack_group(kFields, grp, nb, rows, row_bytes);
   }
 };
 

@@ -178,26 +178,46 @@ struct PackedLegacyKernel : PackedLegacy<B> {
     }
   }
 
-  /// Writes row r of the group (nb blocks) back in the standard layout.
-  static void unpack_row(const uint8_t* grp, int64_t nb, int r, uint8_t* row) {
-    auto* x = reinterpret_cast<B*>(row);
+  /// Writes the kW rows of the group (nb blocks each) back in the standard layout, row r at
+  /// rows + r * row_bytes.
+  static void unpack_group(const uint8_t* grp, int64_t nb, uint8_t* rows, size_t row_bytes) {
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* e = grp + static_cast<size_t>(b) * P::kBytes;
-      for (int c = 0; c < P::kQVecs; ++c) {
-        uint32_t v = static_cast<uint32_t>(load_i32(e + (static_cast<size_t>(c) * kW + r) * 4));
-        if constexpr (P::kQ8) v ^= 0x80808080u;
-        std::memcpy(x[b].qs + 4 * c, &v, 4);
-      }
+      alignas(64) uint32_t qh[kW];
       if constexpr (P::kFive) {
-        uint32_t qh = 0;
+        // Row r's qh nibble g is bits 4r .. 4r + 3 of mask g; all rows at once, one per lane.
+        I acc = TV::zeroi();
         for (int g = 0; g < 8; ++g) {
           const uint8_t* mask = e + P::kQBytes + static_cast<size_t>(g) * (kW * 4 / 8);
-          qh |= static_cast<uint32_t>((mask[(4 * r) / 8] >> ((4 * r) % 8)) & 0xF) << (4 * g);
+#if MINFER_SIMD_AVX512
+          const __m512i lo = _mm512_set1_epi32(load_i32(mask)), hi = _mm512_set1_epi32(load_i32(mask + 4));
+          const __m512i v = _mm512_mask_blend_epi32(static_cast<__mmask16>(0xFF00), lo, hi);
+          const __m512i sh = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
+          // Variable shift as a GCC vector operation (VPSRLVD): GCC 12's _mm512_srlv_epi32 trips
+          // -Wmaybe-uninitialized.
+          const I nib = _mm512_and_si512(
+              reinterpret_cast<__m512i>(reinterpret_cast<__v16su>(v) >> reinterpret_cast<__v16su>(sh)),
+              _mm512_set1_epi32(0xF));
+#else
+          const __m256i v = _mm256_set1_epi32(load_i32(mask));
+          const I nib = _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+                                         _mm256_set1_epi32(0xF));
+#endif
+          acc = TV::ori(acc, TV::slli32(nib, 4 * g));
         }
-        std::memcpy(x[b].qh, &qh, 4);
+        TV::store(reinterpret_cast<float*>(qh), reinterpret_cast<F&>(acc));
       }
-      std::memcpy(&x[b].d, e + P::kDOffset + static_cast<size_t>(r) * 2, 2);
-      if constexpr (P::kMin) std::memcpy(&x[b].m, e + P::kMOffset + static_cast<size_t>(r) * 2, 2);
+      for (int r = 0; r < kW; ++r) {
+        auto* x = reinterpret_cast<B*>(rows + static_cast<size_t>(r) * row_bytes) + b;
+        for (int c = 0; c < P::kQVecs; ++c) {
+          uint32_t v = static_cast<uint32_t>(load_i32(e + (static_cast<size_t>(c) * kW + r) * 4));
+          if constexpr (P::kQ8) v ^= 0x80808080u;
+          std::memcpy(x->qs + 4 * c, &v, 4);
+        }
+        if constexpr (P::kFive) std::memcpy(x->qh, &qh[r], 4);
+        std::memcpy(&x->d, e + P::kDOffset + static_cast<size_t>(r) * 2, 2);
+        if constexpr (P::kMin) std::memcpy(&x->m, e + P::kMOffset + static_cast<size_t>(r) * 2, 2);
+      }
     }
   }
 
