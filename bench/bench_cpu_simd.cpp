@@ -4,6 +4,7 @@
 //   vec_dot/<type>/<level>/<k>       one call per weight row, 512 rows, one activation row
 //   decode/<type>/<level>/<k>        gemm_tile, 896 rows x 1 token   (generation)
 //   prefill/<type>/<level>/<k>       gemm_tile, 256 rows x 128 tokens (prompt processing)
+//   packed_decode/<type>/<level>/<k> gemm_packed on packed weights, 896 rows x 1 token
 //   quantize_act/<act>/<level>/<k>   one activation row
 // Counters: wGB/s = weight bytes read per second (each weight byte once per call), GFLOP/s =
 // 2 * k * rows * tokens per second (a multiply-add counted as 2, as for f32 GEMM).
@@ -84,6 +85,20 @@ void BM_gemm(benchmark::State& st, TensorType t, SimdLevel lv, int64_t k, int64_
   counters(st, p, k, rows, tokens);
 }
 
+void BM_gemm_packed(benchmark::State& st, TensorType t, SimdLevel lv, int64_t k, int64_t rows, int64_t tokens) {
+  const Problem p = make_problem(t, k, rows, tokens);
+  const auto& kk = minfer::cpu::simd::cpu_kernels(lv).get(t);
+  std::vector<uint8_t> packed(kk.packed_bytes(k, rows));
+  kk.pack(k, p.w.data(), p.w_row, rows, packed.data());
+  std::vector<float> out(static_cast<size_t>(rows * tokens));
+  for (auto _ : st) {
+    kk.gemm_packed(k, packed.data(), rows, 0, rows, p.a.data(), p.a_row, tokens, out.data(), rows);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  counters(st, p, k, rows, tokens);
+}
+
 void BM_quantize_act(benchmark::State& st, TensorType wt, SimdLevel lv, int64_t k) {
   const auto& kk = minfer::cpu::simd::cpu_kernels(lv).get(wt);
   const auto x = gaussian(static_cast<size_t>(k), 3);
@@ -108,6 +123,9 @@ int register_all() {
         const std::string sfx = "/" + tn + "/" + ln + "/" + std::to_string(k);
         benchmark::RegisterBenchmark(("vec_dot" + sfx).c_str(), BM_vec_dot, t, lv, k)->Unit(benchmark::kMicrosecond);
         benchmark::RegisterBenchmark(("decode" + sfx).c_str(), BM_gemm, t, lv, k, 896, 1)->Unit(benchmark::kMicrosecond);
+        if (minfer::cpu::simd::cpu_kernels(lv).get(t).pack != nullptr)
+          benchmark::RegisterBenchmark(("packed_decode" + sfx).c_str(), BM_gemm_packed, t, lv, k, 896, 1)
+              ->Unit(benchmark::kMicrosecond);
         // The scalar prefill takes seconds per call; it is the same loop as its vec_dot.
         if (lv != SimdLevel::kScalar)
           benchmark::RegisterBenchmark(("prefill" + sfx).c_str(), BM_gemm, t, lv, k, 256, 128)->Unit(benchmark::kMillisecond);

@@ -1,11 +1,12 @@
 // gemm_* of one SIMD level (see level_api.h): the tiled kernel (gemm_driver.h) when there are
-// at least 3 token rows, otherwise the row-at-a-time path. Types without a tiled kernel at this
-// level (the float types; Q8_0 on avx2, whose signed weights would overflow VPMADDUBSW against
-// the +128 activations) always take the row-at-a-time path. Included only by gemm_avx2.cpp /
+// at least 3 token rows, otherwise the row-at-a-time path. The float types use gemm_float.h's
+// 4 x 2 tiles on avx512 and the row-at-a-time path on avx2; Q8_0 on avx2 always takes the
+// row-at-a-time path (its signed weights would overflow VPMADDUBSW against the +128 activations). Included only by gemm_avx2.cpp /
 // gemm_avx512.cpp.
 #pragma once
 
 #include "cpu/simd/gemm_driver.h"
+#include "cpu/simd/gemm_float.h"
 #include "cpu/simd/level_api.h"
 #include "cpu/simd/levels.h"
 #include "quant/quant.h"
@@ -41,9 +42,22 @@ void tiled_or_rows(int64_t k, const void* w, size_t w_row_bytes, int64_t nr, con
                    int64_t nc, float* out, int64_t os) {                                        \
     gemm_rows_##name(k, w, wr, nr, a, ar, nc, out, os);                                         \
   }
+#if MINFER_SIMD_AVX512
+#define MINFER_SIMD_FLOAT(name, T, L)                                                           \
+  void gemm_##name(int64_t k, const void* w, size_t wr, int64_t nr, const void* a, size_t ar,   \
+                   int64_t nc, float* out, int64_t os) {                                        \
+    detail::check_gemm(T, k, wr, nr, ar, nc, os);                                               \
+    if (nr > 0 && nc > 0) float_gemm<L>(k, w, wr, nr, a, ar, nc, out, os);                      \
+  }
+MINFER_SIMD_FLOAT(f32, TensorType::F32, F32Row)
+MINFER_SIMD_FLOAT(f16, TensorType::F16, F16Row)
+MINFER_SIMD_FLOAT(bf16, TensorType::BF16, BF16Row)
+#undef MINFER_SIMD_FLOAT
+#else
 MINFER_SIMD_ROWS(f32)
 MINFER_SIMD_ROWS(f16)
 MINFER_SIMD_ROWS(bf16)
+#endif
 MINFER_SIMD_TILED(q4_0, TensorType::Q4_0, GemmQ4_0)
 MINFER_SIMD_TILED(q4_1, TensorType::Q4_1, GemmQ4_1)
 MINFER_SIMD_TILED(q5_0, TensorType::Q5_0, GemmQ5_0)
