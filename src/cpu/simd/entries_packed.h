@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <new>
 
 #include "cpu/simd/gemm_driver.h"
 #include "cpu/simd/level_api.h"
@@ -12,23 +13,11 @@
 #include "cpu/simd/packed_driver.h"
 #include "cpu/simd/packed_kquants.h"
 #include "cpu/simd/packed_legacy.h"
+#include "cpu/simd/scratch.h"
 #include "quant/quant.h"
 
 namespace minfer::cpu::simd::MINFER_SIMD_NS {
 namespace {
-
-template <class K>
-struct PackedScratch {
-  std::vector<typename K::ActBuf> bufs;
-  std::vector<typename K::Act> acts;
-  std::vector<float> lanes;
-  std::vector<uint8_t> row;
-};
-template <class K>
-PackedScratch<K>& packed_scratch() {
-  thread_local PackedScratch<K> s;
-  return s;
-}
 
 template <TensorType T, class K>
 size_t packed_bytes(int64_t k, int64_t rows) {
@@ -59,13 +48,12 @@ void gemm_packed(int64_t k, const void* packed, int64_t rows, int64_t row0, int6
                  size_t a_row_bytes, int64_t nc, float* out, int64_t out_stride) {
   const int64_t nb = detail::check_gemm_packed(T, k, rows, row0, nr, a_row_bytes, nc, out_stride);
   if (nr == 0 || nc == 0) return;
-  PackedScratch<K>& s = packed_scratch<K>();
   const auto* pk = static_cast<const uint8_t*>(packed);
   const size_t group_bytes = static_cast<size_t>(nb) * K::kBytes;
   if (nc >= kMinTiledTokensPacked) {
     // The tiled kernel asks for rows in increasing order: rebuild a whole group at a time.
     const size_t rb = row_bytes(T, k);
-    s.row.resize(rb * kW);
+    auto* rows_buf = static_cast<uint8_t*>(scratch(ScratchSlot::kRows, rb * kW));
     int64_t cached = -1;
     gemm_tiled<G, kTileRows>(
         nb * type_traits(T).block_size / G::kUnit,
@@ -73,23 +61,23 @@ void gemm_packed(int64_t k, const void* packed, int64_t rows, int64_t row0, int6
           const int64_t j = row0 + i;
           if (j / kW != cached) {
             cached = j / kW;
-            K::unpack_group(pk + static_cast<size_t>(cached) * group_bytes, nb, s.row.data(), rb);
+            K::unpack_group(pk + static_cast<size_t>(cached) * group_bytes, nb, rows_buf, rb);
           }
-          return static_cast<const uint8_t*>(s.row.data() + static_cast<size_t>(j % kW) * rb);
+          return static_cast<const uint8_t*>(rows_buf + static_cast<size_t>(j % kW) * rb);
         },
         nr, a, a_row_bytes, nc, out, out_stride);
     return;
   }
-  if (s.bufs.size() < static_cast<size_t>(nc)) s.bufs.resize(static_cast<size_t>(nc));
-  s.acts.resize(static_cast<size_t>(nc));
-  s.lanes.resize(32 * 4 * kW);
+  using Act = typename K::Act;
+  const size_t act_bytes = K::act_bytes(nb);
+  auto* act_mem = static_cast<uint8_t*>(scratch(ScratchSlot::kPackedActData, act_bytes * static_cast<size_t>(nc)));
+  auto* acts = static_cast<Act*>(scratch(ScratchSlot::kPackedActs, sizeof(Act) * static_cast<size_t>(nc)));
+  auto* lanes = static_cast<float*>(scratch(ScratchSlot::kLanes, sizeof(float) * 32 * 4 * kW));
   const auto* ab = static_cast<const uint8_t*>(a);
   for (int64_t t = 0; t < nc; ++t)
-    s.acts[static_cast<size_t>(t)] = K::make_act(ab + static_cast<size_t>(t) * a_row_bytes, nb, s.bufs[static_cast<size_t>(t)]);
+    new (acts + t) Act(K::make_act(ab + static_cast<size_t>(t) * a_row_bytes, nb, act_mem + static_cast<size_t>(t) * act_bytes));
   for (int64_t G0 = row0 / kW; G0 * kW < row0 + nr; ++G0) {
     const uint8_t* grp = pk + static_cast<size_t>(G0) * group_bytes;
-    const auto* acts = s.acts.data();
-    float* lanes = s.lanes.data();
     int64_t t0 = 0;
     for (; t0 + 4 <= nc; t0 += 4) run_group<K, 4>(grp, nb, acts + t0, lanes, G0 * kW, row0, nr, t0, out, out_stride);
     switch (nc - t0) {

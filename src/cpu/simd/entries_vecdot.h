@@ -13,15 +13,10 @@
 namespace minfer::cpu::simd::MINFER_SIMD_NS {
 namespace {
 
-ActRowBuf& act_row_buf(int i) {
-  thread_local ActRowBuf bufs[2];
-  return bufs[i];
-}
-
 template <TensorType T, class K, bool kQ8_1>
 float legacy_vec_dot(int64_t k, const void* w, const void* a) {
   const int64_t nb = detail::check_row("vec_dot", T, k);
-  return legacy_dot_row<K>(nb, w, make_act_row(a, nb, kQ8_1, act_row_buf(0)));
+  return legacy_dot_row<K>(nb, w, make_act_row(a, nb, kQ8_1));
 }
 
 template <TensorType T, class K, bool kQ8_1>
@@ -32,7 +27,7 @@ void legacy_gemm_rows(int64_t k, const void* w, size_t w_row_bytes, int64_t nr, 
   const auto* wb = static_cast<const uint8_t*>(w);
   const auto* ab = static_cast<const uint8_t*>(a);
   for (int64_t t = 0; t < nc; ++t) {
-    const ActRow row = make_act_row(ab + static_cast<size_t>(t) * a_row_bytes, nb, kQ8_1, act_row_buf(0));
+    const ActRow row = make_act_row(ab + static_cast<size_t>(t) * a_row_bytes, nb, kQ8_1);
     for (int64_t j = 0; j < nr; ++j)
       out[j + t * out_stride] = legacy_dot_row<K>(nb, wb + static_cast<size_t>(j) * w_row_bytes, row);
   }

@@ -10,9 +10,9 @@
 #pragma once
 
 #include <algorithm>
-#include <vector>
 
 #include "cpu/simd/gemm_pack.h"
+#include "cpu/simd/scratch.h"
 
 namespace minfer::cpu::simd::MINFER_SIMD_NS {
 
@@ -245,16 +245,6 @@ inline constexpr int64_t kMinTiledTokens = 3;
 /// the packed kernel.
 inline constexpr int64_t kMinTiledTokensPacked = 16;
 
-/// Thread-local scratch of the tiled kernel.
-struct GemmScratch {
-  std::vector<uint8_t> acts;
-  std::vector<uint8_t> panel;
-};
-inline GemmScratch& gemm_scratch() {
-  thread_local GemmScratch s;
-  return s;
-}
-
 /// The tiled gemm (arguments of GemmTileFn, already checked; nunits = k / G::kUnit). row_at(j)
 /// gives weight row j in the standard layout (valid until the next call).
 template <class G, int R, class RowAt>
@@ -263,16 +253,14 @@ void gemm_tiled(int64_t nunits, RowAt row_at, int64_t nr, const void* a, size_t 
   constexpr int kRowGroup = 4 * R;  // rows whose panels are unpacked together
   constexpr size_t kUB = act_unit_bytes<G::kAct>();
   using Panel = typename G::Panel;
-  GemmScratch& s = gemm_scratch();
   const int64_t nchunks = (nc + kW - 1) / kW;
   const size_t chunk_bytes = static_cast<size_t>(nunits) * kUB;
-  s.acts.resize(chunk_bytes * static_cast<size_t>(nchunks));
-  s.panel.resize(sizeof(Panel) * static_cast<size_t>(nunits) * kRowGroup);
+  auto* acts = static_cast<uint8_t*>(scratch(ScratchSlot::kActPack, chunk_bytes * static_cast<size_t>(nchunks)));
+  auto* panel = static_cast<Panel*>(scratch(ScratchSlot::kPanel, sizeof(Panel) * static_cast<size_t>(nunits) * kRowGroup));
   const auto* ab = static_cast<const uint8_t*>(a);
   for (int64_t c = 0; c < nchunks; ++c)
     pack_act_chunk<G::kAct>(ab, a_row_bytes, c * kW, static_cast<int>(std::min<int64_t>(kW, nc - c * kW)),
-                            nunits, s.acts.data() + static_cast<size_t>(c) * chunk_bytes);
-  auto* panel = reinterpret_cast<Panel*>(s.panel.data());
+                            nunits, acts + static_cast<size_t>(c) * chunk_bytes);
   alignas(64) float res[R * 2 * kW];
   for (int64_t j0 = 0; j0 < nr; j0 += kRowGroup) {
     const int rows = static_cast<int>(std::min<int64_t>(kRowGroup, nr - j0));
@@ -285,8 +273,8 @@ void gemm_tiled(int64_t nunits, RowAt row_at, int64_t nr, const void* a, size_t 
       }
     for (int64_t c = 0; c < nchunks; c += 2) {
       const int nv = static_cast<int>(std::min<int64_t>(2, nchunks - c));
-      const uint8_t* ch[2] = {s.acts.data() + static_cast<size_t>(c) * chunk_bytes,
-                              s.acts.data() + static_cast<size_t>(c + nv - 1) * chunk_bytes};
+      const uint8_t* ch[2] = {acts + static_cast<size_t>(c) * chunk_bytes,
+                              acts + static_cast<size_t>(c + nv - 1) * chunk_bytes};
       for (int sp = 0; sp < nsub; ++sp) {
         const Panel* p = panel + static_cast<size_t>(sp) * nunits * R;
         if (nv == 2) gemm_micro<G, R, 2>(p, ch, nunits, res);

@@ -15,8 +15,6 @@
 // quantize_act makes consistent with qs).
 #pragma once
 
-#include <vector>
-
 #include "cpu/simd/gemm_pack.h"
 
 namespace minfer::cpu::simd::MINFER_SIMD_NS {
@@ -91,12 +89,13 @@ struct PackedKAct {
   const int32_t* bpair = nullptr;   ///< [nb][4]
   const int32_t* q6corr = nullptr;  ///< [nb][16]
 };
-struct PackedKActBuf {
-  std::vector<int32_t> bpair, q6corr;
-};
-inline PackedKAct make_packed_k_act(const uint8_t* a, int64_t nb, PackedKActBuf& buf) {
-  buf.bpair.resize(static_cast<size_t>(nb) * 4);
-  buf.q6corr.resize(static_cast<size_t>(nb) * 16);
+/// Bytes of the per-token arrays of make_packed_k_act for nb super-blocks.
+constexpr size_t packed_k_act_bytes(int64_t nb) { return static_cast<size_t>(nb) * (4 + 16) * 4; }
+
+/// The PackedKAct of activation row `a` (nb super-blocks), its arrays in `mem`.
+inline PackedKAct make_packed_k_act(const uint8_t* a, int64_t nb, uint8_t* mem) {
+  auto* bpair = reinterpret_cast<int32_t*>(mem);
+  auto* q6corr = reinterpret_cast<int32_t*>(mem + static_cast<size_t>(nb) * 16);
   PackedKAct p;
   p.blocks = reinterpret_cast<const block_q8_K*>(a);
   for (int64_t b = 0; b < nb; ++b) {
@@ -104,13 +103,12 @@ inline PackedKAct make_packed_k_act(const uint8_t* a, int64_t nb, PackedKActBuf&
     for (int q = 0; q < 4; ++q) {
       const auto s0 = static_cast<uint16_t>(bs[4 * q] + bs[4 * q + 1]);
       const auto s1 = static_cast<uint16_t>(bs[4 * q + 2] + bs[4 * q + 3]);
-      buf.bpair[static_cast<size_t>(b) * 4 + static_cast<size_t>(q)] =
-          static_cast<int32_t>(static_cast<uint32_t>(s0) | static_cast<uint32_t>(s1) << 16);
+      bpair[b * 4 + q] = static_cast<int32_t>(static_cast<uint32_t>(s0) | static_cast<uint32_t>(s1) << 16);
     }
-    for (int g = 0; g < 16; ++g) buf.q6corr[static_cast<size_t>(b) * 16 + static_cast<size_t>(g)] = -32 * bs[g];
+    for (int g = 0; g < 16; ++g) q6corr[b * 16 + g] = -32 * bs[g];
   }
-  p.bpair = buf.bpair.data();
-  p.q6corr = buf.q6corr.data();
+  p.bpair = bpair;
+  p.q6corr = q6corr;
   return p;
 }
 
@@ -119,7 +117,6 @@ template <bool kQ5>
 struct PackedK45Kernel {
   using Block = std::conditional_t<kQ5, block_q5_K, block_q4_K>;
   using Act = PackedKAct;
-  using ActBuf = PackedKActBuf;
   static constexpr int64_t kUnit = kQKK;
   static constexpr size_t kQh = 128 * kW;                 // qh (Q5_K)
   static constexpr size_t kS = kQ5 ? 160 * kW : 128 * kW;  // scales
@@ -129,7 +126,8 @@ struct PackedK45Kernel {
   static constexpr PackedField kFields4[4] = {{16, 128, false}, {4, 12, false}, {0, 2, true}, {2, 2, true}};
   static constexpr PackedField kFields5[5] = {{48, 128, false}, {16, 32, false}, {4, 12, false}, {0, 2, true}, {2, 2, true}};
 
-  static Act make_act(const uint8_t* a, int64_t nb, ActBuf& buf) { return make_packed_k_act(a, nb, buf); }
+  static constexpr size_t act_bytes(int64_t nb) { return packed_k_act_bytes(nb); }
+  static Act make_act(const uint8_t* a, int64_t nb, uint8_t* mem) { return make_packed_k_act(a, nb, mem); }
 
   template <int NT>
   static void terms(const uint8_t* e, int64_t b, const Act* acts, F (&term)[NT]) {
@@ -196,7 +194,6 @@ struct PackedK45Kernel {
 struct PackedK6Kernel {
   using Block = block_q6_K;
   using Act = PackedKAct;
-  using ActBuf = PackedKActBuf;
   static constexpr int64_t kUnit = kQKK;
   static constexpr size_t kQh = 128 * kW;
   static constexpr size_t kS = 192 * kW;
@@ -205,7 +202,8 @@ struct PackedK6Kernel {
   static_assert(kBytes == sizeof(Block) * kW);
   static constexpr PackedField kFields[4] = {{0, 128, false}, {128, 64, false}, {192, 16, false}, {208, 2, true}};
 
-  static Act make_act(const uint8_t* a, int64_t nb, ActBuf& buf) { return make_packed_k_act(a, nb, buf); }
+  static constexpr size_t act_bytes(int64_t nb) { return packed_k_act_bytes(nb); }
+  static Act make_act(const uint8_t* a, int64_t nb, uint8_t* mem) { return make_packed_k_act(a, nb, mem); }
 
   template <int NT>
   static void terms(const uint8_t* e, int64_t b, const Act* acts, F (&term)[NT]) {

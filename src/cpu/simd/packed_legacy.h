@@ -17,7 +17,6 @@
 #pragma once
 
 #include <type_traits>
-#include <vector>
 
 #include "cpu/simd/gemm_pack.h"
 
@@ -89,15 +88,14 @@ struct PackedAct {
   const float* asumf = nullptr;
 };
 
-struct PackedActBuf {
-  std::vector<int32_t> corr;
-  std::vector<float> da, asumf;
-};
+/// Bytes of the per-token arrays of make_packed_act for nb blocks.
+constexpr size_t packed_act_bytes(int64_t nb) { return static_cast<size_t>(nb) * 12; }
 
-inline PackedAct make_packed_act(const uint8_t* a, int64_t nb, bool q8_1, int offset, PackedActBuf& buf) {
-  buf.corr.resize(static_cast<size_t>(nb));
-  buf.da.resize(static_cast<size_t>(nb));
-  buf.asumf.resize(static_cast<size_t>(nb));
+/// The PackedAct of activation row `a` (nb blocks), its arrays in `mem` (packed_act_bytes(nb)).
+inline PackedAct make_packed_act(const uint8_t* a, int64_t nb, bool q8_1, int offset, uint8_t* mem) {
+  auto* corr = reinterpret_cast<int32_t*>(mem);
+  auto* da = reinterpret_cast<float*>(mem + static_cast<size_t>(nb) * 4);
+  auto* asumf = reinterpret_cast<float*>(mem + static_cast<size_t>(nb) * 8);
   PackedAct p;
   p.blocks = a;
   p.block_bytes = q8_1 ? sizeof(block_q8_1) : sizeof(block_q8_0);
@@ -108,13 +106,13 @@ inline PackedAct make_packed_act(const uint8_t* a, int64_t nb, bool q8_1, int of
     const uint8_t* blk = a + static_cast<size_t>(b) * p.block_bytes;
     const int32_t asum =
         hsum_i32(_mm256_madd_epi16(_mm256_maddubs_epi16(ones8, loadu256(blk + p.qs_offset)), ones16));
-    buf.corr[static_cast<size_t>(b)] = -offset * asum;
-    buf.asumf[static_cast<size_t>(b)] = static_cast<float>(asum);
-    buf.da[static_cast<size_t>(b)] = _cvtsh_ss(load_u16(blk));
+    corr[b] = -offset * asum;
+    asumf[b] = static_cast<float>(asum);
+    da[b] = _cvtsh_ss(load_u16(blk));
   }
-  p.corr = buf.corr.data();
-  p.da = buf.da.data();
-  p.asumf = buf.asumf.data();
+  p.corr = corr;
+  p.da = da;
+  p.asumf = asumf;
   return p;
 }
 
@@ -135,12 +133,12 @@ template <class B>
 struct PackedLegacyKernel : PackedLegacy<B> {
   using P = PackedLegacy<B>;
   using Act = PackedAct;
-  using ActBuf = PackedActBuf;
   static constexpr bool kQ8_1Act = P::kMin;
   static constexpr int64_t kUnit = kQK;
 
-  static Act make_act(const uint8_t* a, int64_t nb, PackedActBuf& buf) {
-    return make_packed_act(a, nb, kQ8_1Act, P::kOffset, buf);
+  static constexpr size_t act_bytes(int64_t nb) { return packed_act_bytes(nb); }
+  static Act make_act(const uint8_t* a, int64_t nb, uint8_t* mem) {
+    return make_packed_act(a, nb, kQ8_1Act, P::kOffset, mem);
   }
 
   template <int NT>

@@ -16,10 +16,11 @@
 #pragma once
 
 #include <algorithm>
-#include <vector>
+#include <cstring>
 
 #include "core/fp16.h"
 #include "cpu/simd/isa.h"
+#include "cpu/simd/scratch.h"
 #include "quant/blocks.h"
 
 namespace minfer::cpu::simd::MINFER_SIMD_NS {
@@ -41,19 +42,15 @@ struct ActRow {
   }
 };
 
-/// Storage for ActRow's arrays (reused across calls).
-struct ActRowBuf {
-  std::vector<int32_t> asum;
-  std::vector<float> da;
-  std::vector<int8_t> pairs;
-};
-
-/// Fills `buf` for the activation row `a` of nb blocks (Q8_1 when `q8_1`) and returns the view.
-inline ActRow make_act_row(const void* a, int64_t nb, bool q8_1, ActRowBuf& buf) {
+/// Builds the ActRow of the activation row `a` of nb blocks (Q8_1 when `q8_1`) in the thread's
+/// ScratchSlot::kActRow buffer (valid until the next make_act_row on this thread).
+inline ActRow make_act_row(const void* a, int64_t nb, bool q8_1) {
   const size_t padded = static_cast<size_t>((nb + 7) / 8 * 8);
-  buf.asum.assign(padded, 0);
-  buf.da.assign(padded, 0.0f);
-  buf.pairs.resize(padded * kQK);
+  auto* mem = static_cast<uint8_t*>(scratch(ScratchSlot::kActRow, padded * (4 + 4 + kQK)));
+  auto* asum = reinterpret_cast<int32_t*>(mem);
+  auto* da = reinterpret_cast<float*>(mem + padded * 4);
+  auto* pairs = reinterpret_cast<int8_t*>(mem + padded * 8);
+  std::memset(mem, 0, padded * 8);
   ActRow r;
   r.blocks = static_cast<const uint8_t*>(a);
   r.block_bytes = q8_1 ? sizeof(block_q8_1) : sizeof(block_q8_0);
@@ -64,15 +61,15 @@ inline ActRow make_act_row(const void* a, int64_t nb, bool q8_1, ActRowBuf& buf)
     const uint8_t* blk = r.blocks + static_cast<size_t>(b) * r.block_bytes;
     const __m256i q = loadu256(blk + r.qs_offset);
     // 1 * a + 1 * a stays within int16 for any bytes.
-    buf.asum[static_cast<size_t>(b)] = hsum_i32(_mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q), ones16));
-    buf.da[static_cast<size_t>(b)] = _cvtsh_ss(load_u16(blk));
-    int8_t* pr = buf.pairs.data() + static_cast<size_t>(b / 2) * 64 + (b % 2) * 16;
+    asum[b] = hsum_i32(_mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q), ones16));
+    da[b] = _cvtsh_ss(load_u16(blk));
+    int8_t* pr = pairs + static_cast<size_t>(b / 2) * 64 + (b % 2) * 16;
     _mm_storeu_si128(reinterpret_cast<__m128i*>(pr), _mm256_castsi256_si128(q));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(pr + 32), _mm256_extracti128_si256(q, 1));
   }
-  r.asum = buf.asum.data();
-  r.da = buf.da.data();
-  r.pairs = buf.pairs.data();
+  r.asum = asum;
+  r.da = da;
+  r.pairs = pairs;
   return r;
 }
 
