@@ -23,9 +23,11 @@ const CpuKernels& cpu_kernels(SimdLevel level) {
   static CpuKernels tables[3];
   static std::once_flag once[3];
   const int i = static_cast<int>(level);
-  check(i >= 0 && i < 3, "unknown SIMD level {}", i);
-  check(level_supported(level), "this CPU cannot run the {} kernels (it has: {})",
-        simd_level_name(level), describe_cpu_features());
+  if (!(i >= 0 && i < 3))
+    fail("unknown SIMD level {}", i);
+  if (!(level_supported(level)))
+    fail("this CPU cannot run the {} kernels (it has: {})",
+         simd_level_name(level), describe_cpu_features());
   std::call_once(once[i], [&] {
     switch (level) {
       case SimdLevel::kScalar: detail::fill_scalar(tables[i]); break;
