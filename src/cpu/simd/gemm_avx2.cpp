@@ -1,0 +1,3 @@
+// The avx2 compilation of entries_gemm.h (this file is compiled with the avx2 flags, see
+// src/CMakeLists.txt; its code runs only after the run-time CPU check of kernels.cpp).
+#include "cpu/simd/entries_gemm.h"

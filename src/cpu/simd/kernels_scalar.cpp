@@ -1,0 +1,99 @@
+// The scalar level: the reference kernels of src/quant (quant_ref.h) and plain loops. It is the
+// fallback on CPUs without AVX2 and the baseline the tests compare the SIMD levels against.
+#include <cstring>
+
+#include "core/fp16.h"
+#include "cpu/simd/levels.h"
+#include "quant/quant.h"
+#include "quant/quant_ref.h"
+
+namespace minfer::cpu::simd::detail {
+namespace {
+
+template <TensorType T, VecDotFn Dot>
+void gemm_scalar(int64_t k, const void* w, size_t w_row_bytes, int64_t nr, const void* a,
+                 size_t a_row_bytes, int64_t nc, float* out, int64_t out_stride) {
+  check_gemm(T, k, w_row_bytes, nr, a_row_bytes, nc, out_stride);
+  const auto* wb = static_cast<const uint8_t*>(w);
+  const auto* ab = static_cast<const uint8_t*>(a);
+  for (int64_t t = 0; t < nc; ++t)
+    for (int64_t j = 0; j < nr; ++j)
+      out[j + t * out_stride] = Dot(k, wb + static_cast<size_t>(j) * w_row_bytes,
+                                    ab + static_cast<size_t>(t) * a_row_bytes);
+}
+
+void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_fp32(src[i]);
+}
+void f32_to_f16(const float* src, uint16_t* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = fp32_to_fp16(src[i]);
+}
+void bf16_to_f32(const uint16_t* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_fp32(src[i]);
+}
+void f32_to_bf16(const float* src, uint16_t* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = fp32_to_bf16(src[i]);
+}
+float dot_f32(int64_t n, const float* x, const float* y) {
+  float s[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l) s[l] += x[i + l] * y[i + l];
+  for (; i < n; ++i) s[0] += x[i] * y[i];
+  return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+}
+float dot_f32_f16(int64_t n, const float* x, const uint16_t* y) {
+  float s[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l) s[l] += x[i + l] * fp16_to_fp32(y[i + l]);
+  for (; i < n; ++i) s[0] += x[i] * fp16_to_fp32(y[i]);
+  return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+}
+void axpy_f32(int64_t n, float a, const float* x, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+void axpy_f16(int64_t n, float a, const uint16_t* x, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * fp16_to_fp32(x[i]);
+}
+
+template <TensorType T, VecDotFn Dot, QuantizeActFn Q>
+TypeKernels entry() {
+  TypeKernels e;
+  e.type = T;
+  e.vec_dot_type = type_traits(T).vec_dot_type;
+  e.vec_dot = Dot;
+  e.quantize_act = Q;
+  e.gemm_tile = gemm_scalar<T, Dot>;
+  return e;
+}
+
+}  // namespace
+
+void fill_scalar(CpuKernels& k) {
+  k.level = SimdLevel::kScalar;
+  using TT = TensorType;
+  k.types = {
+      entry<TT::F32, ref::vec_dot_f32, ref::quantize_row_f32>(),
+      entry<TT::F16, ref::vec_dot_f16, ref::quantize_row_f16>(),
+      entry<TT::BF16, ref::vec_dot_bf16, ref::quantize_row_bf16>(),
+      entry<TT::Q4_0, ref::vec_dot_q4_0, ref::quantize_row_q8_0>(),
+      entry<TT::Q4_1, ref::vec_dot_q4_1, ref::quantize_row_q8_1>(),
+      entry<TT::Q5_0, ref::vec_dot_q5_0, ref::quantize_row_q8_0>(),
+      entry<TT::Q5_1, ref::vec_dot_q5_1, ref::quantize_row_q8_1>(),
+      entry<TT::Q8_0, ref::vec_dot_q8_0, ref::quantize_row_q8_0>(),
+      entry<TT::Q4_K, ref::vec_dot_q4_K, ref::quantize_row_q8_K>(),
+      entry<TT::Q5_K, ref::vec_dot_q5_K, ref::quantize_row_q8_K>(),
+      entry<TT::Q6_K, ref::vec_dot_q6_K, ref::quantize_row_q8_K>(),
+  };
+  k.f16_to_f32 = f16_to_f32;
+  k.f32_to_f16 = f32_to_f16;
+  k.bf16_to_f32 = bf16_to_f32;
+  k.f32_to_bf16 = f32_to_bf16;
+  k.dot_f32 = dot_f32;
+  k.dot_f32_f16 = dot_f32_f16;
+  k.axpy_f32 = axpy_f32;
+  k.axpy_f16 = axpy_f16;
+}
+
+}  // namespace minfer::cpu::simd::detail
