@@ -20,6 +20,7 @@ constexpr std::array kTable = {
            "test only: make the CUDA launch whose site name matches this value fail (failure injection)"},
     EnvVar{"MINFER_DISABLE_CUDA", "0", "1: behave as if no CUDA device were present"},
     EnvVar{"MINFER_LOG", "info", "log level: error, warn, info, debug"},
+    EnvVar{"MINFER_NO_CPU_PACK", "0", "1: CPU matmuls read the weights in place (no packed copies)"},
     EnvVar{"MINFER_NO_CUDA_GRAPH", "0", "1: never capture or replay CUDA graphs (direct launches only)"},
     EnvVar{"MINFER_NO_PREFILL_CAPTURE", "0", "1: capture only decode-shaped (1-token) graphs"},
     EnvVar{"MINFER_SHARED_DIR", "", "tests: where ../shared (fixtures, models) lives, when not beside the checkout"},

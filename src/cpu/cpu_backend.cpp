@@ -1,9 +1,14 @@
 #include "cpu/cpu_backend.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 
+#include "core/env.h"
 #include "core/error.h"
+#include "cpu/simd/kernels.h"
 #include "cpu/kernels.h"
 #include "quant/quant.h"
 
@@ -12,7 +17,35 @@ namespace minfer::cpu {
 using graph::Node;
 using graph::Op;
 
-CpuBackend::CpuBackend(int n_threads) : pool_(n_threads > 0 ? n_threads : default_thread_count()) {}
+CpuBackend::CpuBackend(int n_threads)
+    : pool_(n_threads > 0 ? n_threads : default_thread_count()), pack_enabled_(!env_flag("MINFER_NO_CPU_PACK")) {}
+
+PackedWeight CpuBackend::packed_weight(const Node& wn, const void* data) {
+  if (!pack_enabled_ || wn.op != Op::Weight) return {};
+  auto it = packed_.find(data);
+  if (it != packed_.end()) return it->second.view;
+  Packed& p = packed_[data];
+  const simd::TypeKernels& tk = simd::cpu_kernels().get(wn.type);
+  if (tk.pack == nullptr || wn.ne[2] != 1 || wn.ne[3] != 1) return {};  // cached as "no packed form"
+  const int64_t k = wn.ne[0], rows = wn.ne[1];
+  const size_t bytes = tk.packed_bytes(k, rows);
+  void* mem = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (mem == nullptr) throw OutOfMemoryError(fmt::format("cpu: cannot allocate {} bytes to pack {}", bytes, wn.name));
+  p.mem = std::unique_ptr<uint8_t, void (*)(void*)>(static_cast<uint8_t*>(mem), std::free);
+  tk.pack(k, data, row_bytes(wn.type, k), rows, p.mem.get());
+  p.view = PackedWeight{p.mem.get(), rows, tk.pack_rows};
+  packed_bytes_ += bytes;
+  // The packed copy replaces the mapped bytes for every MatMul: let the kernel drop the
+  // original's pages from this process (they are clean file pages; a later read maps them
+  // again). Weights that GetRows also reads (a tied embedding) keep theirs.
+  if (gathered_.count(data) == 0) {
+    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const auto begin = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
+    const auto end = (reinterpret_cast<uintptr_t>(data) + wn.weight->nbytes) / page * page;
+    if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+  }
+  return p.view;
+}
 
 CpuBackend::~CpuBackend() {
   for (Buffer& b : buffers_) std::free(b.ptr);
@@ -96,7 +129,12 @@ void CpuBackend::move_rows(void* base, uint64_t row_bytes, int64_t src, int64_t 
 }
 
 void CpuBackend::execute(const graph::Graph& g, const graph::ExecPlan& plan, size_t begin, size_t end) {
-  const OpContext c{g, plan, pool_, work_};
+  for (size_t i = begin; i < end; ++i) {
+    const Node& n = g.nodes()[i];
+    if (!n.dead && n.op == Op::GetRows && g.node(n.src[0]).op == Op::Weight) gathered_.insert(plan.src_data(g, n, 0));
+  }
+  const OpContext c{g, plan, pool_, work_,
+                    [this](const Node& wn, const void* data) { return packed_weight(wn, data); }};
   for (size_t i = begin; i < end; ++i) {
     const Node& n = g.nodes()[i];
     if (n.dead) continue;

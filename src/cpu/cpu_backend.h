@@ -8,9 +8,12 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "cpu/kernels.h"
 #include "graph/backend.h"
 
 namespace minfer::cpu {
@@ -41,6 +44,8 @@ class CpuBackend : public graph::Backend {
   void synchronize() override {}
 
   ThreadPool& pool() { return pool_; }
+  /// Bytes of packed weight copies made so far.
+  uint64_t packed_bytes() const { return packed_bytes_; }
   /// Bytes currently held by the pool (in use or free).
   uint64_t pool_bytes() const { return pool_bytes_; }
 
@@ -55,6 +60,19 @@ class CpuBackend : public graph::Backend {
   uint64_t generation_ = 0;
   uint64_t pool_bytes_ = 0;
   std::vector<uint8_t> work_;  ///< per-op scratch (quantized activations, partial sums)
+
+  /// Packed (row-interleaved) copies of the weights, made on first use and kept for the life of
+  /// the backend, keyed by the weight's data pointer (src/cpu/simd/README.md). Once a weight is
+  /// packed, its mapped original is released from memory (madvise) unless a GetRows reads it.
+  PackedWeight packed_weight(const graph::Node& weight_node, const void* data);
+  struct Packed {
+    std::unique_ptr<uint8_t, void (*)(void*)> mem{nullptr, nullptr};
+    PackedWeight view;
+  };
+  std::unordered_map<const void*, Packed> packed_;
+  std::unordered_set<const void*> gathered_;  ///< weights read by GetRows in executed graphs
+  uint64_t packed_bytes_ = 0;
+  bool pack_enabled_;
 };
 
 }  // namespace minfer::cpu

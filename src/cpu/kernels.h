@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -12,11 +13,18 @@
 namespace minfer::cpu {
 
 /// What every kernel receives.
+struct PackedWeight;
+
+/// Returns the packed form of a weight (made once, cached by the backend), or an empty one when
+/// the type has none at this SIMD level.
+using PackedLookup = std::function<PackedWeight(const graph::Node& weight_node, const void* data)>;
+
 struct OpContext {
   const graph::Graph& g;
   const graph::ExecPlan& plan;
   ThreadPool& pool;
   std::vector<uint8_t>& work;  ///< scratch, grown as needed, 64-byte aligned start not promised
+  PackedLookup packed;         ///< may be empty (no packing)
 
   const graph::Node& src_node(const graph::Node& n, int i) const { return g.node(n.src[static_cast<size_t>(i)]); }
   template <typename T = float>
@@ -61,14 +69,24 @@ struct QuantizedActs {
   int64_t n = 0;  ///< token rows
 };
 
-/// Quantizes x [k, n] for weights of type `w_type` into `buf` (resized as needed).
+/// Quantizes x [k, n] for weights of type `w_type` into `buf` (resized as needed), with the
+/// SIMD quantizer of the process's level (bytes identical to the reference quantizer).
 QuantizedActs quantize_activations(ThreadPool& pool, std::vector<uint8_t>& buf, TensorType w_type,
                                    const float* x, int64_t k, int64_t n);
 
+/// A weight in the packed (row-interleaved) form of the SIMD level, or empty (src/cpu/simd).
+struct PackedWeight {
+  const uint8_t* data = nullptr;
+  int64_t rows = 0;
+  int pack_rows = 0;
+};
+
 /// y[j + t*y_stride] = dot(W row j, x row t) for j < m, t < xq.n: W is [k, m] of type `w_type`
-/// (m rows of k elements). Parallel over rows of W.
+/// (m rows of k elements), or its packed form when `packed.data` is set. Parallel over rows of
+/// W; bit-identical to the reference dot product whichever path runs.
 void matmul_quantized(ThreadPool& pool, TensorType w_type, const void* w, int64_t m,
-                      const QuantizedActs& xq, float* y, int64_t y_stride);
+                      const QuantizedActs& xq, float* y, int64_t y_stride,
+                      const PackedWeight& packed = {});
 
 /// Row `row` of a KV region (f32 / f16 / q8_0, `row_len` elements) dequantized into `dst`.
 void kv_row_to_f32(TensorType type, const void* region, int64_t row_len, int64_t row, float* dst);

@@ -1,10 +1,12 @@
 // Matrix products: MatMul (weights of every supported type x f32 activations), the fused QKV and
 // FFN ops built from it, BatchMatMul (f32 x f32) and GetRows (embedding gather).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "core/error.h"
 #include "cpu/kernels.h"
+#include "cpu/simd/kernels.h"
 #include "quant/quant.h"
 
 namespace minfer::cpu {
@@ -13,9 +15,9 @@ using graph::Node;
 
 QuantizedActs quantize_activations(ThreadPool& pool, std::vector<uint8_t>& buf, TensorType w_type,
                                    const float* x, int64_t k, int64_t n) {
-  const TypeTraits& wt = type_traits(w_type);
+  const simd::TypeKernels& tk = simd::cpu_kernels().get(w_type);
   QuantizedActs q;
-  q.type = wt.vec_dot_type;
+  q.type = tk.vec_dot_type;
   q.k = k;
   q.n = n;
   if (q.type == TensorType::F32) {
@@ -23,30 +25,36 @@ QuantizedActs quantize_activations(ThreadPool& pool, std::vector<uint8_t>& buf, 
     q.row_bytes = static_cast<size_t>(k) * sizeof(float);
     return q;
   }
-  const TypeTraits& at = type_traits(q.type);
   q.row_bytes = row_bytes(q.type, k);
   buf.resize(q.row_bytes * static_cast<size_t>(n));
   uint8_t* dst = buf.data();
   pool.parallel_for(n, 1, [&](int64_t t0, int64_t t1, int) {
-    for (int64_t t = t0; t < t1; ++t) at.quantize_row(x + t * k, dst + static_cast<size_t>(t) * q.row_bytes, k);
+    for (int64_t t = t0; t < t1; ++t) tk.quantize_act(x + t * k, dst + static_cast<size_t>(t) * q.row_bytes, k);
   });
   q.data = dst;
   return q;
 }
 
 void matmul_quantized(ThreadPool& pool, TensorType w_type, const void* w, int64_t m,
-                      const QuantizedActs& xq, float* y, int64_t y_stride) {
-  const TypeTraits& wt = type_traits(w_type);
+                      const QuantizedActs& xq, float* y, int64_t y_stride, const PackedWeight& packed) {
+  const simd::TypeKernels& tk = simd::cpu_kernels().get(w_type);
   const size_t w_row = row_bytes(w_type, xq.k);
   const auto* wb = static_cast<const uint8_t*>(w);
-  const VecDotFn dot = wt.vec_dot;
-  // Rows of W in chunks; each thread walks all tokens for its rows (W row stays in cache).
+  if (packed.data != nullptr) {
+    // Split on whole interleaved groups so no thread redoes part of another's group.
+    const int64_t g = packed.pack_rows;
+    const int64_t groups = (m + g - 1) / g;
+    pool.parallel_for(groups, 1, [&](int64_t g0, int64_t g1, int) {
+      const int64_t j0 = g0 * g, j1 = std::min(m, g1 * g);
+      tk.gemm_packed(xq.k, packed.data, packed.rows, j0, j1 - j0, xq.data, xq.row_bytes, xq.n, y + j0, y_stride);
+    });
+    return;
+  }
+  // One call per thread with its whole row share and all tokens (gemm_tile repacks the
+  // activations once per call, then runs register tiles).
   pool.parallel_for(m, 16, [&](int64_t j0, int64_t j1, int) {
-    for (int64_t j = j0; j < j1; ++j) {
-      const uint8_t* wr = wb + static_cast<size_t>(j) * w_row;
-      for (int64_t t = 0; t < xq.n; ++t)
-        y[j + t * y_stride] = dot(xq.k, wr, xq.data + static_cast<size_t>(t) * xq.row_bytes);
-    }
+    tk.gemm_tile(xq.k, wb + static_cast<size_t>(j0) * w_row, w_row, j1 - j0, xq.data, xq.row_bytes, xq.n,
+                 y + j0, y_stride);
   });
 }
 
@@ -56,7 +64,8 @@ void op_matmul(const OpContext& c, const Node& n, float* out) {
   const int64_t k = nw.ne[0], m = nw.ne[1];
   const int64_t n_tok = nx.n_elements() / k;
   const QuantizedActs xq = quantize_activations(c.pool, c.work, nw.type, c.src(n, 1), k, n_tok);
-  matmul_quantized(c.pool, nw.type, c.plan.src_data(c.g, n, 0), m, xq, out, m);
+  const void* w = c.plan.src_data(c.g, n, 0);
+  matmul_quantized(c.pool, nw.type, w, m, xq, out, m, c.packed ? c.packed(nw, w) : PackedWeight{});
 }
 
 void op_fused_qkv(const OpContext& c, const Node& n, float* out) {
@@ -73,7 +82,8 @@ void op_fused_qkv(const OpContext& c, const Node& n, float* out) {
     if (p == 0 || type_traits(nw.type).vec_dot_type != xq.type)
       xq = quantize_activations(c.pool, p == 0 ? c.work : local, nw.type, c.src(n, 0), k, n_tok);
     const int64_t m = nw.ne[1];
-    matmul_quantized(c.pool, nw.type, c.plan.src_data(c.g, n, 1 + p), m, xq, plane, m);
+    const void* w = c.plan.src_data(c.g, n, 1 + p);
+    matmul_quantized(c.pool, nw.type, w, m, xq, plane, m, c.packed ? c.packed(nw, w) : PackedWeight{});
     if (n.p.has_bias) {
       const float* b = c.src(n, 4 + p);
       c.pool.parallel_for(n_tok, 4, [&](int64_t a, int64_t e, int) {
@@ -96,11 +106,13 @@ void op_fused_ffn(const OpContext& c, const Node& n, float* out) {
   const int64_t ff = ng.ne[1];
   std::vector<float> gate(static_cast<size_t>(ff * n_tok)), up(static_cast<size_t>(ff * n_tok));
   std::vector<uint8_t> buf2;
+  const auto weight = [&](int i) { return c.plan.src_data(c.g, n, i); };
+  const auto packed = [&](int i) { return c.packed ? c.packed(c.src_node(n, i), weight(i)) : PackedWeight{}; };
   QuantizedActs xq = quantize_activations(c.pool, c.work, ng.type, c.src(n, 0), k, n_tok);
-  matmul_quantized(c.pool, ng.type, c.plan.src_data(c.g, n, 1), ff, xq, gate.data(), ff);
+  matmul_quantized(c.pool, ng.type, weight(1), ff, xq, gate.data(), ff, packed(1));
   if (type_traits(nu.type).vec_dot_type != xq.type)
     xq = quantize_activations(c.pool, buf2, nu.type, c.src(n, 0), k, n_tok);
-  matmul_quantized(c.pool, nu.type, c.plan.src_data(c.g, n, 2), ff, xq, up.data(), ff);
+  matmul_quantized(c.pool, nu.type, weight(2), ff, xq, up.data(), ff, packed(2));
   c.pool.parallel_for(ff * n_tok, 4096, [&](int64_t a, int64_t e, int) {
     for (int64_t i = a; i < e; ++i) {
       const float g = gate[static_cast<size_t>(i)];
@@ -108,7 +120,7 @@ void op_fused_ffn(const OpContext& c, const Node& n, float* out) {
     }
   });
   const QuantizedActs hq = quantize_activations(c.pool, buf2, nd.type, gate.data(), ff, n_tok);
-  matmul_quantized(c.pool, nd.type, c.plan.src_data(c.g, n, 3), nd.ne[1], hq, out, nd.ne[1]);
+  matmul_quantized(c.pool, nd.type, weight(3), nd.ne[1], hq, out, nd.ne[1], packed(3));
 }
 
 void op_batch_matmul(const OpContext& c, const Node& n, float* out) {
