@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/fp16.h"
 #include "cpu/kernels.h"
+#include "cpu/simd/kernels.h"
 #include "quant/quant.h"
 
 namespace minfer::cpu {
@@ -59,13 +60,15 @@ void op_kv_load(const OpContext& c, const Node& n, float* out) {
 // For each token t and query head h (KV head h / (n_head / n_head_kv)):
 //   s_c = scale * dot(q[t,h], K[c, kvh])  for visible cells c, softmax over them,
 //   out[t,h] = sum_c p_c V[c, kvh].
-// Rows of K and V are dequantized to f32 once per (cell, KV head) for the token block.
+// f32 and f16 regions are read in place by the SIMD dot/axpy helpers (src/cpu/simd); q8_0 rows
+// are dequantized per (cell, KV head) into a small scratch. The cells are visited in index
+// order for every token, so a token's result does not depend on how the batch was split.
 void op_attn(const OpContext& c, const Node& n, float* out) {
   const Node& nk = c.src_node(n, 1);
   const Node& nv = c.src_node(n, 2);
   const float* q = c.src(n, 0);
-  const void* kreg = c.plan.src_data(c.g, n, 1);
-  const void* vreg = c.plan.src_data(c.g, n, 2);
+  const auto* kreg = static_cast<const uint8_t*>(c.plan.src_data(c.g, n, 1));
+  const auto* vreg = static_cast<const uint8_t*>(c.plan.src_data(c.g, n, 2));
   const int32_t* pos = c.src<int32_t>(n, 3);
   const int32_t* seq = c.src<int32_t>(n, 4);
   const int32_t* kv_pos = c.src<int32_t>(n, 5);
@@ -76,30 +79,21 @@ void op_attn(const OpContext& c, const Node& n, float* out) {
   const int64_t kv_dim = n_head_kv * hd;
   const int64_t group = n_head / n_head_kv;
   const float scale = n.p.scale;
-
-  // Dequantize the window once (f32 regions are read in place).
-  const float* kf = static_cast<const float*>(kreg);
-  const float* vf = static_cast<const float*>(vreg);
-  std::vector<float> kbuf, vbuf;
-  if (nk.type != TensorType::F32 || nv.type != TensorType::F32) {
-    kbuf.resize(static_cast<size_t>(kv_dim * n_kv));
-    vbuf.resize(static_cast<size_t>(kv_dim * n_kv));
-    c.pool.parallel_for(n_kv, 16, [&](int64_t r0, int64_t r1, int) {
-      for (int64_t r = r0; r < r1; ++r) {
-        kv_row_to_f32(nk.type, kreg, kv_dim, r, kbuf.data() + r * kv_dim);
-        kv_row_to_f32(nv.type, vreg, kv_dim, r, vbuf.data() + r * kv_dim);
-      }
-    });
-    kf = kbuf.data();
-    vf = vbuf.data();
-  }
+  const simd::CpuKernels& kk = simd::cpu_kernels();
+  const size_t k_row = row_bytes(nk.type, kv_dim), v_row = row_bytes(nv.type, kv_dim);
+  // Byte offset of KV head kvh inside a row (q8_0: head_dim is a multiple of 32, so a head
+  // starts on a block boundary).
+  const auto head_offset = [&](TensorType t, int64_t kvh) { return row_bytes(t, kvh * hd); };
+  if (nk.type == TensorType::Q8_0 || nv.type == TensorType::Q8_0)
+    if (hd % 32 != 0) fail("node {}: q8_0 KV needs head_dim a multiple of 32, is {}", n.name, hd);
 
   c.pool.parallel_for(n_tok * n_head, 1, [&](int64_t w0, int64_t w1, int) {
     std::vector<float> scores(static_cast<size_t>(n_kv));
-    std::vector<float> acc(static_cast<size_t>(hd));
+    std::vector<float> acc(static_cast<size_t>(hd)), tmp(static_cast<size_t>(hd));
     for (int64_t w = w0; w < w1; ++w) {
       const int64_t t = w / n_head, h = w % n_head, kvh = h / group;
       const float* qv = q + (t * n_head + h) * hd;
+      const size_t ko = head_offset(nk.type, kvh), vo = head_offset(nv.type, kvh);
       float mx = -INFINITY;
       for (int64_t cell = 0; cell < n_kv; ++cell) {
         const bool visible = kv_pos[cell] >= 0 && kv_seq[cell] == seq[t] && kv_pos[cell] <= pos[t];
@@ -107,9 +101,16 @@ void op_attn(const OpContext& c, const Node& n, float* out) {
           scores[static_cast<size_t>(cell)] = -INFINITY;
           continue;
         }
-        const float* kr = kf + cell * kv_dim + kvh * hd;
-        float s = 0.0f;
-        for (int64_t i = 0; i < hd; ++i) s += qv[i] * kr[i];
+        const uint8_t* kr = kreg + static_cast<size_t>(cell) * k_row + ko;
+        float s;
+        if (nk.type == TensorType::F32) {
+          s = kk.dot_f32(hd, qv, reinterpret_cast<const float*>(kr));
+        } else if (nk.type == TensorType::F16) {
+          s = kk.dot_f32_f16(hd, qv, reinterpret_cast<const uint16_t*>(kr));
+        } else {
+          type_traits(nk.type).dequantize_row(kr, tmp.data(), hd);
+          s = kk.dot_f32(hd, qv, tmp.data());
+        }
         s *= scale;
         scores[static_cast<size_t>(cell)] = s;
         mx = std::max(mx, s);
@@ -126,8 +127,15 @@ void op_attn(const OpContext& c, const Node& n, float* out) {
         if (s == -INFINITY) continue;
         const float p = std::exp(s - mx);
         sum += p;
-        const float* vr = vf + cell * kv_dim + kvh * hd;
-        for (int64_t i = 0; i < hd; ++i) acc[static_cast<size_t>(i)] += p * vr[i];
+        const uint8_t* vr = vreg + static_cast<size_t>(cell) * v_row + vo;
+        if (nv.type == TensorType::F32) {
+          kk.axpy_f32(hd, p, reinterpret_cast<const float*>(vr), acc.data());
+        } else if (nv.type == TensorType::F16) {
+          kk.axpy_f16(hd, p, reinterpret_cast<const uint16_t*>(vr), acc.data());
+        } else {
+          type_traits(nv.type).dequantize_row(vr, tmp.data(), hd);
+          kk.axpy_f32(hd, p, tmp.data(), acc.data());
+        }
       }
       const float inv = static_cast<float>(1.0 / sum);
       for (int64_t i = 0; i < hd; ++i) o[i] = acc[static_cast<size_t>(i)] * inv;
