@@ -231,10 +231,11 @@ TEST(CudaKv, AttentionPlanIsTheSameForEveryDecodeTokenCount) {
   const cuda::AttnPlan mid = cuda::attn_plan(cuda::AttnShape{512, 28, 4, 128, 32768}, 132);
   EXPECT_GT(mid.n_splits, 1);
   EXPECT_LE(mid.scratch_bytes, size_t{65} << 20);
-  // ... and use a single range otherwise.
+  // ... and use a single range otherwise, which writes the output directly (no scratch).
   const cuda::AttnPlan big = cuda::attn_plan(cuda::AttnShape{4096, 64, 8, 128, 32768}, 132);
   EXPECT_EQ(big.n_splits, 1);
   EXPECT_EQ(big.chunk, 32768);
+  EXPECT_EQ(big.scratch_bytes, 0u);
 }
 
 }  // namespace

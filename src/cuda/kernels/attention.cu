@@ -133,6 +133,18 @@ __global__ void __launch_bounds__(kAttnThreads) attn_split_kernel(SplitParams p)
       }
       __syncthreads();  // s_s and alpha_s are rewritten by the next sub-chunk
     }
+    if (p.n_splits == 1) {  // the whole window in one range: normalise and write the output
+#pragma unroll
+      for (int k = 0; k < kAccPerThread; ++k) {
+        const int idx = threadIdx.x + k * kAttnThreads;
+        if (idx >= gd) break;
+        const int g = static_cast<int>(idx / hd);
+        const int64_t d = idx % hd;
+        const float out = m_s[g] == -INFINITY ? 0.0f : __fdiv_rn(acc[k], l_s[g]);  // no visible cell: zeros
+        p.a.out[(t * n_head + kvh * group + g) * hd + d] = out;
+      }
+      continue;
+    }
     // Partials of this range.
     const int64_t row0 = (t * n_head + kvh * group) * p.n_splits + split;  // head g adds g * n_splits
 #pragma unroll
@@ -214,9 +226,11 @@ AttnPlan attn_plan(const AttnShape& s, int sm_count) {
   if (splits < 1) splits = 1;
   p.chunk = (s.n_kv + splits - 1) / splits;
   p.n_splits = (s.n_kv + p.chunk - 1) / p.chunk;
+  // One range writes the output directly; several need partials for the combine kernel.
   const auto rows = static_cast<size_t>(s.n_tok * s.n_head * p.n_splits);
-  p.scratch_bytes = align256(rows * static_cast<size_t>(s.head_dim) * sizeof(float)) +
-                    align256(rows * 2 * sizeof(float));
+  p.scratch_bytes = p.n_splits == 1 ? 0
+                                    : align256(rows * static_cast<size_t>(s.head_dim) * sizeof(float)) +
+                                          align256(rows * 2 * sizeof(float));
   return p;
 }
 
@@ -235,7 +249,7 @@ bool attention(TensorType kv_type, const AttnShape& s, const AttnPlan& plan, con
     case TensorType::Q8_0: ok = launch_split<TensorType::Q8_0>(sp, stream, "attn_split_q8_0"); break;
     default: return false;
   }
-  if (!ok) return false;
+  if (!ok || plan.n_splits == 1) return ok;
   const int64_t out_rows = s.n_tok * s.n_head;
   attn_combine_kernel<<<grid_for(out_rows, 1), 128, 0, stream>>>(sp.part_o, sp.part_ml, out_rows,
                                                                  plan.n_splits, s.head_dim, a.out);

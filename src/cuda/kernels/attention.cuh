@@ -7,7 +7,8 @@
 // One split-K kernel serves every token count: the window is cut into `n_splits` ranges of
 // `chunk` cells; a block handles one (range, KV head, token) for all the query heads of that KV
 // head, with an online softmax over sub-chunks of kAttnSubChunk cells, and writes a partial
-// (max, sum, unnormalised output); a combine kernel merges the ranges. The plan (attn_plan)
+// (max, sum, unnormalised output); a combine kernel merges the ranges (with a single range the
+// split kernel writes the normalised output itself and needs no scratch). The plan (attn_plan)
 // depends on the window, the head counts and the device, and on the token count only through
 // "decode" (nt <= kAttnDecodeMaxTokens) versus "prefill", so every token's result is the same
 // for nt = 1 and any nt <= kAttnDecodeMaxTokens: an nt = 3 step equals three nt = 1 steps bit
@@ -39,7 +40,7 @@ struct AttnShape {
 struct AttnPlan {
   int64_t n_splits = 1;
   int64_t chunk = 0;           ///< cells per range (the last range may be shorter)
-  size_t scratch_bytes = 0;    ///< device scratch the launch needs (partials)
+  size_t scratch_bytes = 0;    ///< device scratch the launch needs (partials; 0 for one range)
 };
 
 /// Empty when the kernels handle this shape and KV type; otherwise the reason (one line).
@@ -59,7 +60,7 @@ struct AttnArgs {
   const int32_t* kv_seq = nullptr;   ///< [n_kv]
   float scale = 1.0f;
   float* out = nullptr;              ///< [head_dim * n_head, n_tok]
-  void* scratch = nullptr;           ///< plan.scratch_bytes, 256-byte aligned
+  void* scratch = nullptr;           ///< plan.scratch_bytes, 256-byte aligned (unused for one range)
 };
 
 /// Runs the split and combine kernels for `plan` (from attn_plan with the same shape).
