@@ -49,8 +49,10 @@ rc=${PIPESTATUS[0]}
 echo
 echo "==== cuda_test summary ($mode mode, filter $filter) ===="
 grep -E '^\[ +(greedy|engine|rope) +\]' "$log" || true
-# gtest's own summary: the totals and the skipped / failed tests by name.
-sed -n '/^\[==========\] .* ran\./,$p' "$log"
+# gtest's totals, the failed tests by name, the number skipped (the log says why).
+grep -E '^\[==========\] .* ran\.|^\[  PASSED  \]' "$log"
+grep -E '^\[  SKIPPED \] [0-9]+ tests?,' "$log" || true
+sed -n '/^\[  FAILED  \] [0-9]* tests\?, listed below/,$p' "$log"
 echo "exit status: $rc"
 rm -f "$log"
 exit "$rc"

@@ -102,7 +102,9 @@ GraphStats CudaBackend::graph_stats() const {
 
 void CudaBackend::fail_cuda(const std::string& what, cudaError_t err) const {
   cudaGetLastError();  // the error was read here; do not leave it latched
-  fail("cuda: {}: {}", what, cuda_error_text(err));
+  const std::string msg = fmt::format("cuda: {}: {}", what, cuda_error_text(err));
+  if (err == cudaErrorMemoryAllocation) throw OutOfMemoryError(msg);  // e.g. pinned staging refused
+  throw Error(msg);
 }
 
 void CudaBackend::check_latched(const char* where) const {

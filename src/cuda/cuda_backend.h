@@ -116,6 +116,8 @@ class CudaBackend final : public graph::Backend {
 
   // cuda_backend.cpp
   void ensure_scratch(size_t bytes);
+  /// Throws "cuda: <what>: <error>" (OutOfMemoryError for cudaErrorMemoryAllocation) after
+  /// clearing the error so it is not reported again as latched.
   [[noreturn]] void fail_cuda(const std::string& what, cudaError_t err) const;
   void check_latched(const char* where) const;
 
