@@ -4,12 +4,15 @@
 //
 // Arithmetic that must match the CPU bit for bit is written with the _rn intrinsics (__fmul_rn,
 // __fadd_rn, __fsub_rn): nvcc contracts a * b + c into one fused multiply-add by default, which
-// rounds once where the CPU rounds twice.
+// rounds once where the CPU rounds twice. The conversions and the mul_rn/add_rn/sub_rn/div_rn
+// wrappers are __host__ __device__, so the host can evaluate the exact device formulas (the
+// *_on_host functions that tests check without a device).
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "cuda/kernels/fault.h"
 
@@ -31,8 +34,58 @@ inline unsigned grid_for(int64_t n, int64_t per_block) {
   return static_cast<unsigned>(b);
 }
 
+__host__ __device__ __forceinline__ float u32_as_float(uint32_t b) {
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(b);
+#else
+  float f;
+  std::memcpy(&f, &b, sizeof f);
+  return f;
+#endif
+}
+
+__host__ __device__ __forceinline__ uint32_t float_as_u32(float f) {
+#ifdef __CUDA_ARCH__
+  return __float_as_uint(f);
+#else
+  uint32_t b;
+  std::memcpy(&b, &f, sizeof b);
+  return b;
+#endif
+}
+
+// One rounded f32 operation each (never contracted into a fused multiply-add).
+__host__ __device__ __forceinline__ float mul_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+__host__ __device__ __forceinline__ float add_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+__host__ __device__ __forceinline__ float sub_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+__host__ __device__ __forceinline__ float div_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+
 /// Half (binary16 bits) -> float, exact; the algorithm of core/fp16.h fp16_to_fp32.
-__device__ __forceinline__ float half_bits_to_float(uint16_t h) {
+__host__ __device__ __forceinline__ float half_bits_to_float(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t exp = (h >> 10) & 0x1Fu;
   uint32_t mant = h & 0x3FFu;
@@ -53,13 +106,13 @@ __device__ __forceinline__ float half_bits_to_float(uint16_t h) {
   } else {
     bits = sign | (exp + (127 - 15)) << 23 | mant << 13;
   }
-  return __uint_as_float(bits);
+  return u32_as_float(bits);
 }
 
 /// Float -> half bits, round to nearest even, overflow to +-inf, NaN kept quiet with the same
 /// payload bits as core/fp16.h fp32_to_fp16 (identical bytes for every input).
-__device__ __forceinline__ uint16_t float_to_half_bits(float f) {
-  const uint32_t x = __float_as_uint(f);
+__host__ __device__ __forceinline__ uint16_t float_to_half_bits(float f) {
+  const uint32_t x = float_as_u32(f);
   const uint32_t sign = (x >> 16) & 0x8000u;
   const uint32_t abs = x & 0x7FFFFFFFu;
   if (abs > 0x7F800000u) return static_cast<uint16_t>(sign | 0x7E00u | ((abs >> 13) & 0x1FFu));
@@ -84,8 +137,8 @@ __device__ __forceinline__ uint16_t float_to_half_bits(float f) {
 }
 
 /// bfloat16 bits -> float, exact.
-__device__ __forceinline__ float bf16_bits_to_float(uint16_t b) {
-  return __uint_as_float(static_cast<uint32_t>(b) << 16);
+__host__ __device__ __forceinline__ float bf16_bits_to_float(uint16_t b) {
+  return u32_as_float(static_cast<uint32_t>(b) << 16);
 }
 
 /// Records a bad input in a backend's fault words (fault.h): the first reporter's value wins.
@@ -94,7 +147,7 @@ __device__ __forceinline__ void report_fault(uint32_t* fault, uint32_t code, int
 }
 
 /// Reads a little-endian u16 at a 2-byte aligned address.
-__device__ __forceinline__ uint16_t load_u16(const uint8_t* p) {
+__host__ __device__ __forceinline__ uint16_t load_u16(const uint8_t* p) {
   return *reinterpret_cast<const uint16_t*>(p);
 }
 

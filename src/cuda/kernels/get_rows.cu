@@ -33,7 +33,30 @@ bool launch(const void* table, int64_t d, int64_t rows, size_t row_bytes, const 
   return MINFER_LAUNCH_CHECK(site);
 }
 
+template <TensorType T>
+void dequantize_row_host(const void* row, int64_t n, float* out) {
+  for (int64_t e = 0; e < n; ++e) out[e] = dequant_element<T>(static_cast<const uint8_t*>(row), e);
+}
+
 }  // namespace
+
+bool dequantize_row_on_host(TensorType type, const void* row, int64_t n, float* out) {
+  using T = TensorType;
+  switch (type) {
+    case T::F32: dequantize_row_host<T::F32>(row, n, out); return true;
+    case T::F16: dequantize_row_host<T::F16>(row, n, out); return true;
+    case T::BF16: dequantize_row_host<T::BF16>(row, n, out); return true;
+    case T::Q4_0: dequantize_row_host<T::Q4_0>(row, n, out); return true;
+    case T::Q4_1: dequantize_row_host<T::Q4_1>(row, n, out); return true;
+    case T::Q5_0: dequantize_row_host<T::Q5_0>(row, n, out); return true;
+    case T::Q5_1: dequantize_row_host<T::Q5_1>(row, n, out); return true;
+    case T::Q8_0: dequantize_row_host<T::Q8_0>(row, n, out); return true;
+    case T::Q4_K: dequantize_row_host<T::Q4_K>(row, n, out); return true;
+    case T::Q5_K: dequantize_row_host<T::Q5_K>(row, n, out); return true;
+    case T::Q6_K: dequantize_row_host<T::Q6_K>(row, n, out); return true;
+    default: return false;
+  }
+}
 
 bool get_rows_supported(TensorType type) {
   switch (type) {

@@ -22,4 +22,9 @@ bool get_rows_supported(TensorType type);
 bool get_rows(TensorType type, const void* table, int64_t d, int64_t rows, size_t row_bytes,
               const int32_t* ids, int64_t n, float* out, uint32_t* fault, cudaStream_t stream);
 
+/// The device formulas evaluated on the host (dequant.cuh): dequantizes `n` elements of one row
+/// of `type` into `out`. For tests that check the formulas against the CPU reference without a
+/// device. False for a type without a kernel.
+bool dequantize_row_on_host(TensorType type, const void* row, int64_t n, float* out);
+
 }  // namespace minfer::cuda

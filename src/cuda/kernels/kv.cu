@@ -1,5 +1,8 @@
 #include "cuda/kernels/kv.cuh"
 
+#include <cmath>
+#include <cstring>
+
 #include "cuda/kernels/common.cuh"
 #include "cuda/kernels/dequant.cuh"
 #include "cuda/kernels/launch.cuh"
@@ -28,11 +31,19 @@ __global__ void kv_store_elem_kernel(const float* __restrict__ src, const int32_
 }
 
 // quant_ref.h round_away_clamped: NaN -> 0, clamp to [lo, hi], then round half away from zero.
-__device__ __forceinline__ int round_away_clamped_dev(float t, int lo, int hi) {
+__host__ __device__ __forceinline__ int round_away_clamped_dev(float t, int lo, int hi) {
   if (t != t) t = 0.0f;
   if (t <= static_cast<float>(lo)) return lo;
   if (t >= static_cast<float>(hi)) return hi;
   return static_cast<int>(roundf(t));
+}
+
+// The q8_0 steps of quant_ref.h quantize_row_q8_0: d = amax / 127, id = 1 / d (0 when d = 0),
+// q = round-half-away(x * id) in [-127, 127].
+__host__ __device__ __forceinline__ float q8_0_scale(float amax) { return div_rn(amax, 127.0f); }
+__host__ __device__ __forceinline__ float q8_0_inverse(float d) { return d != 0.0f ? div_rn(1.0f, d) : 0.0f; }
+__host__ __device__ __forceinline__ int8_t q8_0_level(float x, float id) {
+  return static_cast<int8_t>(round_away_clamped_dev(mul_rn(x, id), -127, 127));
 }
 
 // q8_0 store: one warp per 32-element block (grid-stride over n * kv_dim / 32 blocks).
@@ -52,12 +63,10 @@ __global__ void kv_store_q8_0_kernel(const float* __restrict__ src, const int32_
       continue;  // uniform over the warp
     }
     const float x = src[t * kv_dim + b * 32 + lane];
-    const float amax = warp_max(fabsf(x));
-    const float d = __fdiv_rn(amax, 127.0f);
-    const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+    const float d = q8_0_scale(warp_max(fabsf(x)));
+    const float id = q8_0_inverse(d);
     uint8_t* blk = region + static_cast<size_t>(c) * row_bytes + static_cast<size_t>(b) * sizeof(block_q8_0);
-    reinterpret_cast<int8_t*>(blk + offsetof(block_q8_0, qs))[lane] =
-        static_cast<int8_t>(round_away_clamped_dev(__fmul_rn(x, id), -127, 127));
+    reinterpret_cast<int8_t*>(blk + offsetof(block_q8_0, qs))[lane] = q8_0_level(x, id);
     if (lane == 0) *reinterpret_cast<uint16_t*>(blk + offsetof(block_q8_0, d)) = float_to_half_bits(d);
   }
 }
@@ -117,6 +126,34 @@ bool launch_move(void* base, size_t row_bytes, int64_t src, int64_t dst, int64_t
 }
 
 }  // namespace
+
+bool kv_quantize_row_on_host(TensorType type, const float* x, int64_t n, void* out) {
+  auto* o = static_cast<uint8_t*>(out);
+  switch (type) {
+    case TensorType::F32:
+      std::memcpy(o, x, static_cast<size_t>(n) * sizeof(float));
+      return true;
+    case TensorType::F16:
+      for (int64_t i = 0; i < n; ++i) reinterpret_cast<uint16_t*>(o)[i] = float_to_half_bits(x[i]);
+      return true;
+    case TensorType::Q8_0:
+      if (n % 32 != 0) return false;
+      for (int64_t b = 0; b < n / 32; ++b) {
+        float amax = 0.0f;
+        for (int j = 0; j < 32; ++j) amax = std::fmax(amax, std::fabs(x[32 * b + j]));
+        const float d = q8_0_scale(amax);
+        const float id = q8_0_inverse(d);
+        uint8_t* blk = o + static_cast<size_t>(b) * sizeof(block_q8_0);
+        const uint16_t dh = float_to_half_bits(d);
+        std::memcpy(blk + offsetof(block_q8_0, d), &dh, sizeof dh);
+        for (int j = 0; j < 32; ++j)
+          reinterpret_cast<int8_t*>(blk + offsetof(block_q8_0, qs))[j] = q8_0_level(x[32 * b + j], id);
+      }
+      return true;
+    default:
+      return false;
+  }
+}
 
 bool kv_type_supported(TensorType type) {
   return type == TensorType::F32 || type == TensorType::F16 || type == TensorType::Q8_0;

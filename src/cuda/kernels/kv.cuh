@@ -38,4 +38,8 @@ bool kv_load(TensorType type, const void* region, size_t row_bytes, int64_t kv_d
 bool move_rows(void* base, size_t row_bytes, int64_t src, int64_t dst, int64_t count,
                cudaStream_t stream);
 
+/// The store's formulas evaluated on the host: one row of `n` f32 values in `type`'s layout
+/// (F32, F16, Q8_0), for tests that check them against the CPU without a device.
+bool kv_quantize_row_on_host(TensorType type, const float* x, int64_t n, void* out);
+
 }  // namespace minfer::cuda
