@@ -30,9 +30,12 @@ constexpr int kGreedySteps = 32;
 // Logits of the synthetic and fixture models have a standard deviation of about 4 to 6; below
 // this top-1/top-2 margin a different accumulation order may legitimately flip the argmax.
 constexpr float kTieMargin = 0.05f;
-// Tolerance class "engine": max |logit(CUDA) - logit(CPU)| at the last prompt position. Both
-// backends quantize activations the same way; the rest is accumulation order.
-constexpr double kEngineMaxAbsLogit = 0.1;
+// Tolerance class "engine" at the last prompt position, the fixture README's class for engines
+// that quantize activations like ggml (../shared/fixtures/models/README.md): accumulation order
+// differs between the backends, and where it moves an activation across a rounding boundary of
+// its Q8 block one flip moves these tiny models' logits by up to about 0.35.
+constexpr double kEngineMaxAbsLogit = 0.5;
+constexpr double kEngineRmsLogit = 0.15;
 
 struct Greedy {
   std::vector<int32_t> tokens;
@@ -85,13 +88,23 @@ EngineConfig config(graph::BackendKind device, TensorType kv = TensorType::F32) 
   return c;
 }
 
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double m = 0.0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) m = std::max(m, std::abs(static_cast<double>(a[i]) - b[i]));
-  return a.size() == b.size() ? m : INFINITY;
+struct LogitDiff {
+  double max_abs = INFINITY, rms = INFINITY;
+};
+
+LogitDiff logit_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size() || a.empty()) return {};
+  LogitDiff d{0.0, 0.0};
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double x = static_cast<double>(a[i]) - b[i];
+    d.max_abs = std::max(d.max_abs, std::abs(x));
+    d.rms += x * x;
+  }
+  d.rms = std::sqrt(d.rms / static_cast<double>(a.size()));
+  return d;
 }
 
-/// CPU and CUDA greedy-32 from `prompt`, compared; the first logits within kEngineMaxAbsLogit.
+/// CPU and CUDA greedy-32 from `prompt`, compared; the first logits within the "engine" class.
 void compare_cpu_cuda(const std::shared_ptr<Model>& model, const std::vector<int32_t>& prompt, TensorType kv,
                       const std::string& what) {
   Engine cpu(model, config(graph::BackendKind::Cpu, kv));
@@ -99,9 +112,10 @@ void compare_cpu_cuda(const std::shared_ptr<Model>& model, const std::vector<int
   std::vector<float> l_cpu, l_dev;
   const Greedy g_cpu = greedy(cpu, prompt, kGreedySteps, &l_cpu);
   const Greedy g_dev = greedy(dev, prompt, kGreedySteps, &l_dev);
-  const double d = max_abs_diff(l_dev, l_cpu);
-  std::printf("[ engine ] %s: last-prompt-position max |logit d| %.3g\n", what.c_str(), d);
-  EXPECT_LE(d, kEngineMaxAbsLogit) << what;
+  const LogitDiff d = logit_diff(l_dev, l_cpu);
+  std::printf("[ engine ] %s: last prompt position: max |logit d| %.3g, RMS %.3g\n", what.c_str(), d.max_abs, d.rms);
+  EXPECT_LE(d.max_abs, kEngineMaxAbsLogit) << what;
+  EXPECT_LE(d.rms, kEngineRmsLogit) << what;
   expect_same_greedy(g_dev, g_cpu, what);
 }
 
