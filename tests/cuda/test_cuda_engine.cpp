@@ -2,8 +2,11 @@
 // models and on synthetic models of every weight type, multi-turn reuse of the KV cache, KV
 // compaction on the device, and a 3-token decode step equal to three 1-token steps.
 //
-// Greedy identity is required up to the first step whose CPU top-1/top-2 margin is below
-// kTieMargin (after a near-tie the sequences may legitimately diverge; the step is reported).
+// Greedy identity, the fixture README's rule (../shared/fixtures/models/README.md): a reference
+// engine decodes greedily; the engine under test is fed the same tokens (teacher forcing) and
+// its argmax must equal the reference token at every step whose reference top-1/top-2 margin is
+// at least kTieMargin (a smaller margin may legitimately flip; such steps are counted, not
+// failed). Whether the free-running sequences are identical is printed too.
 #ifdef MINFER_HAS_CUDA
 
 #include <gtest/gtest.h>
@@ -27,9 +30,11 @@ namespace minfer {
 namespace {
 
 constexpr int kGreedySteps = 32;
-// Logits of the synthetic and fixture models have a standard deviation of about 4 to 6; below
-// this top-1/top-2 margin a different accumulation order may legitimately flip the argmax.
-constexpr float kTieMargin = 0.05f;
+// The fixture README's margin threshold for engines that quantize activations like ggml: below
+// it, one rounding flip of an activation block may legitimately change the argmax.
+constexpr float kTieMargin = 0.5f;
+// A comparison must check at least this many steps (else the test says nothing).
+constexpr int kMinComparedSteps = 8;
 // Tolerance class "engine" at the last prompt position, the fixture README's class for engines
 // that quantize activations like ggml (../shared/fixtures/models/README.md): accumulation order
 // differs between the backends, and where it moves an activation across a rounding boundary of
@@ -65,18 +70,24 @@ Greedy greedy(Engine& e, const std::vector<int32_t>& prompt, int steps, std::vec
   return g;
 }
 
-/// Expects `got` == `want` up to the first step whose reference margin is below kTieMargin.
-void expect_same_greedy(const Greedy& got, const Greedy& want, const std::string& what) {
-  ASSERT_EQ(got.tokens.size(), want.tokens.size());
-  for (size_t s = 0; s < want.tokens.size(); ++s) {
-    if (want.margins[s] < kTieMargin) {
-      std::printf("[ greedy ] %s: near-tie at step %zu (margin %.4f), compared %zu steps\n", what.c_str(), s,
-                  want.margins[s], s);
-      return;
+/// Feeds `prompt` to `e`, then the reference tokens one by one, and expects e's argmax to equal
+/// the reference token at every step whose reference margin is at least kTieMargin. Returns
+/// the number of steps compared.
+int expect_teacher_forced(Engine& e, const std::vector<int32_t>& prompt, const Greedy& ref, const std::string& what) {
+  std::vector<float> logits = e.decode(prompt);
+  int compared = 0, skipped = 0;
+  for (size_t s = 0; s < ref.tokens.size(); ++s) {
+    if (ref.margins[s] >= kTieMargin) {
+      EXPECT_EQ(argmax(logits), ref.tokens[s]) << what << ": step " << s << " (reference margin " << ref.margins[s]
+                                               << ", got margin " << margin(logits) << ")";
+      ++compared;
+    } else {
+      ++skipped;
     }
-    ASSERT_EQ(got.tokens[s], want.tokens[s]) << what << ": step " << s << " (reference margin " << want.margins[s] << ")";
+    if (s + 1 < ref.tokens.size()) logits = e.decode(std::vector<int32_t>{ref.tokens[s]});
   }
-  std::printf("[ greedy ] %s: %zu of %zu steps identical\n", what.c_str(), want.tokens.size(), want.tokens.size());
+  std::printf("[ greedy ] %s: %d steps compared, %d near-ties skipped\n", what.c_str(), compared, skipped);
+  return compared;
 }
 
 EngineConfig config(graph::BackendKind device, TensorType kv = TensorType::F32) {
@@ -104,19 +115,27 @@ LogitDiff logit_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return d;
 }
 
-/// CPU and CUDA greedy-32 from `prompt`, compared; the first logits within the "engine" class.
+/// CPU greedy-32 from `prompt` as the reference; CUDA teacher-forced on it; the logits after the
+/// prompt within the "engine" class.
 void compare_cpu_cuda(const std::shared_ptr<Model>& model, const std::vector<int32_t>& prompt, TensorType kv,
                       const std::string& what) {
   Engine cpu(model, config(graph::BackendKind::Cpu, kv));
-  Engine dev(model, config(graph::BackendKind::Cuda, kv));
   std::vector<float> l_cpu, l_dev;
-  const Greedy g_cpu = greedy(cpu, prompt, kGreedySteps, &l_cpu);
-  const Greedy g_dev = greedy(dev, prompt, kGreedySteps, &l_dev);
+  const Greedy ref = greedy(cpu, prompt, kGreedySteps, &l_cpu);
+  {
+    Engine dev(model, config(graph::BackendKind::Cuda, kv));
+    const Greedy free_run = greedy(dev, prompt, kGreedySteps, &l_dev);
+    size_t same = 0;
+    while (same < ref.tokens.size() && free_run.tokens[same] == ref.tokens[same]) ++same;
+    std::printf("[ greedy ] %s: free-running CUDA greedy equals the CPU's for %zu of %zu tokens\n", what.c_str(),
+                same, ref.tokens.size());
+  }
   const LogitDiff d = logit_diff(l_dev, l_cpu);
   std::printf("[ engine ] %s: last prompt position: max |logit d| %.3g, RMS %.3g\n", what.c_str(), d.max_abs, d.rms);
   EXPECT_LE(d.max_abs, kEngineMaxAbsLogit) << what;
   EXPECT_LE(d.rms, kEngineRmsLogit) << what;
-  expect_same_greedy(g_dev, g_cpu, what);
+  Engine dev(model, config(graph::BackendKind::Cuda, kv));
+  EXPECT_GE(expect_teacher_forced(dev, prompt, ref, what), kMinComparedSteps) << what;
 }
 
 std::vector<int32_t> random_prompt(int n, int64_t n_vocab, uint32_t seed) {
@@ -202,33 +221,28 @@ TEST(CudaEngine, MultiTurnReuseOfTheKvCacheEqualsAFreshPrefill) {
   const auto a = random_prompt(10, 512, 21), b = random_prompt(6, 512, 22);
   // Turn 1 then turn 2 on one engine: the second turn appends to the cache.
   Engine dev(model, config(graph::BackendKind::Cuda));
-  const Greedy t1 = greedy(dev, a, 8);
+  const Greedy t1 = greedy(dev, a, 16);
   std::vector<int32_t> turn2 = {t1.tokens.back()};
   turn2.insert(turn2.end(), b.begin(), b.end());
-  const Greedy t2 = greedy(dev, turn2, 8);
-  // A fresh engine prefills the whole conversation at once.
+  const Greedy t2 = greedy(dev, turn2, 16);
+  // A fresh engine prefills the whole conversation at once and must continue like turn 2.
   Engine fresh(model, config(graph::BackendKind::Cuda));
   std::vector<int32_t> all = a;
   all.insert(all.end(), t1.tokens.begin(), t1.tokens.end());
   all.insert(all.end(), b.begin(), b.end());
-  const Greedy f2 = greedy(fresh, all, 8);
-  expect_same_greedy(t2, f2, "turn 2 vs fresh prefill");
-  // And the CPU's multi-turn run agrees.
+  int compared = expect_teacher_forced(fresh, all, t2, "fresh prefill vs turn 2");
+  // The CPU fed the same two turns agrees with both.
   Engine cpu(model, config(graph::BackendKind::Cpu));
-  const Greedy c1 = greedy(cpu, a, 8);
-  expect_same_greedy(t1, c1, "turn 1 CUDA vs CPU");
-  std::vector<int32_t> c_turn2 = {c1.tokens.back()};
-  c_turn2.insert(c_turn2.end(), b.begin(), b.end());
-  expect_same_greedy(t2, greedy(cpu, c_turn2, 8), "turn 2 CUDA vs CPU");
+  compared += expect_teacher_forced(cpu, a, t1, "CPU turn 1 vs CUDA turn 1");
+  compared += expect_teacher_forced(cpu, turn2, t2, "CPU turn 2 vs CUDA turn 2");
+  EXPECT_GE(compared, kMinComparedSteps);
 }
 
 TEST(CudaEngine, KvCompactionOnTheDeviceKeepsDecodingLikeTheCpu) {
   MINFER_REQUIRE_CUDA();
   const auto model = synth("qwen3", TensorType::Q8_0);
   const auto other = random_prompt(10, 512, 31), mine = random_prompt(20, 512, 32);
-  Greedy g[2];
-  for (int k = 0; k < 2; ++k) {
-    Engine e(model, config(k == 0 ? graph::BackendKind::Cpu : graph::BackendKind::Cuda, TensorType::F16));
+  const auto fill_and_compact = [&](Engine& e) {
     e.forward(Batch::sequence(other, 0, 1, false));  // sequence 1 takes cells 0..9
     e.forward(Batch::sequence(mine, 0, 0, false));   // sequence 0 takes cells 10..29
     e.kv().remove(1, 0, -1);
@@ -237,9 +251,13 @@ TEST(CudaEngine, KvCompactionOnTheDeviceKeepsDecodingLikeTheCpu) {
     EXPECT_EQ(moves[0].src, 10);
     EXPECT_EQ(moves[0].dst, 0);
     EXPECT_EQ(moves[0].count, 20);
-    g[k] = greedy(e, std::vector<int32_t>{mine.back()}, 8);
-  }
-  expect_same_greedy(g[1], g[0], "after compaction, CUDA vs CPU");
+  };
+  Engine cpu(model, config(graph::BackendKind::Cpu, TensorType::F16));
+  fill_and_compact(cpu);
+  const Greedy ref = greedy(cpu, std::vector<int32_t>{mine.back()}, 24);
+  Engine dev(model, config(graph::BackendKind::Cuda, TensorType::F16));
+  fill_and_compact(dev);
+  EXPECT_GE(expect_teacher_forced(dev, std::vector<int32_t>{mine.back()}, ref, "after compaction"), kMinComparedSteps);
 }
 
 TEST(CudaEngine, ThreeTokenDecodeStepIsBitwiseEqualToThreeOneTokenSteps) {
