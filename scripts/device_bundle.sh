@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Builds the CUDA configuration on this (Debian 12) machine and packs what the device machine
+# (Ubuntu 24.04, driver and CUDA runtime but no Debian -dev packages) needs to run the device
+# tests into .device/ (git-ignored):
+#   .device/bin/minfer, .device/bin/minfer_tests   stripped, static cudart
+#   .device/lib/*.so*                              shared libraries the binaries load that are
+#                                                  not part of the device's base system (ldd)
+# Then on the device: scripts/cuda_test.sh (it finds .device/ and sets LD_LIBRARY_PATH).
+#
+#   scripts/device_bundle.sh                 # archs from MINFER_CUDA_ARCHS (default 90a)
+#   MINFER_CUDA_ARCHS="80;89;90a;120" scripts/device_bundle.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+archs=${MINFER_CUDA_ARCHS:-90a}
+jobs=${JOBS:-$(nproc)}
+cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DMINFER_CUDA=ON \
+  -DMINFER_CUDA_ARCHS="$archs" -DMINFER_WERROR=ON >/dev/null
+ninja -C build-cuda -j"$jobs" minfer minfer_tests
+
+rm -rf .device
+mkdir -p .device/bin .device/lib
+cp build-cuda/tools/minfer/minfer build-cuda/tests/minfer_tests .device/bin/
+strip --strip-unneeded .device/bin/minfer .device/bin/minfer_tests
+
+# Libraries the device has in a newer, compatible version (glibc, the C++ runtime) stay out:
+# a carried older copy would shadow them. Everything else ldd resolves is carried.
+base='^(linux-vdso|ld-linux|libc\.so|libm\.so|libstdc\+\+\.so|libgcc_s\.so|libpthread\.so|libdl\.so|librt\.so)'
+for bin in .device/bin/minfer .device/bin/minfer_tests; do
+  ldd "$bin" | awk '/=>/ {print $1, $3}' | while read -r name path; do
+    [[ "$name" =~ $base ]] && continue
+    [[ -f "$path" ]] || { echo "device_bundle: $bin needs $name, which ldd cannot find" >&2; exit 1; }
+    cp -L "$path" ".device/lib/$name"
+  done
+done
+cp scripts/cuda_test.sh .device/
+echo "device_bundle: $(du -sh .device | cut -f1) in .device/:"
+ls -l .device/bin .device/lib

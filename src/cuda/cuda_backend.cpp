@@ -1,0 +1,262 @@
+// CudaBackend: lifecycle, pool, scratch arena, weights, transfers, row moves and synchronize.
+// The op table is in cuda_ops.cpp, the capture / replay state machine in cuda_graphs.cpp.
+#include "cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/env.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "cuda/kernels/fault.h"
+#include "cuda/kernels/get_rows.cuh"
+#include "cuda/kernels/kv.cuh"
+#include "cuda/kernels/launch.cuh"
+#include "cuda/kernels/matmul.cuh"
+#include "models/weight_placement.h"
+
+namespace minfer::cuda {
+namespace {
+
+constexpr size_t kUploadSlotBytes = size_t{1} << 20;
+constexpr int kUploadSlots = 8;
+constexpr size_t kReadbackMaxBytes = size_t{64} << 20;
+constexpr size_t kAlign = 256;
+
+double mib(uint64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
+
+/// Weight types some device kernel reads as a matrix with rows of `k` elements: the embedding
+/// gather or a matmul. Whether the op that reads a given tensor has a kernel for it is checked
+/// when a graph is prepared (unsupported_reason), before any token runs.
+std::vector<TensorType> matrix_types(int64_t k) {
+  static constexpr TensorType kCandidates[] = {
+      TensorType::F32,  TensorType::F16,  TensorType::BF16, TensorType::Q4_0,
+      TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1, TensorType::Q8_0,
+      TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
+  std::vector<TensorType> out;
+  for (TensorType t : kCandidates)
+    if (get_rows_supported(t) || matmul_supported(t, k, nullptr)) out.push_back(t);
+  return out;
+}
+
+}  // namespace
+
+CudaBackend::CudaBackend() : ctx_(CudaContext::instance()) {
+  check_latched("creating a CUDA backend");
+  cudaError_t e = cudaSetDevice(ctx_.info().device);
+  if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    fail("cuda: cannot create a stream for a new backend: {}", cuda_error_text(e));
+  }
+  staging_ = std::make_unique<PinnedStaging>(kUploadSlotBytes, kUploadSlots, kReadbackMaxBytes);
+  e = cudaMalloc(&fault_dev_, 2 * sizeof(uint32_t));
+  if (e == cudaSuccess) e = cudaMemsetAsync(fault_dev_, 0, 2 * sizeof(uint32_t), stream_);
+  if (e == cudaSuccess) e = cudaHostAlloc(&fault_host_, 2 * sizeof(uint32_t), cudaHostAllocDefault);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    if (fault_dev_ != nullptr) cudaFree(fault_dev_);
+    cudaStreamDestroy(stream_);
+    throw OutOfMemoryError(fmt::format("cuda: cannot allocate the backend's fault words: {}",
+                                       cuda_error_text(e)));
+  }
+  fault_host_[0] = fault_host_[1] = 0;
+  graphs_enabled_ = !env_flag("MINFER_NO_CUDA_GRAPH");
+  prefill_capture_ = !env_flag("MINFER_NO_PREFILL_CAPTURE");
+  stats_.enabled = graphs_enabled_;
+}
+
+CudaBackend::~CudaBackend() {
+  // Nothing can be reported from a destructor; calls that fail clear their own latch only.
+  const auto quiet = [](cudaError_t e) {
+    if (e != cudaSuccess) cudaGetLastError();
+  };
+  if (capturing_) {
+    cudaGraph_t g = nullptr;
+    quiet(cudaStreamEndCapture(stream_, &g));
+    if (g != nullptr) quiet(cudaGraphDestroy(g));
+  }
+  quiet(cudaStreamSynchronize(stream_));
+  for (auto& [key, st] : keys_) destroy_exec(st);
+  for (Buffer& b : buffers_) quiet(cudaFree(b.ptr));
+  for (void* p : retired_scratch_) quiet(cudaFree(p));
+  if (scratch_ != nullptr) quiet(cudaFree(scratch_));
+  if (fault_dev_ != nullptr) quiet(cudaFree(fault_dev_));
+  if (fault_host_ != nullptr) quiet(cudaFreeHost(fault_host_));
+  staging_.reset();
+  quiet(cudaStreamDestroy(stream_));
+}
+
+std::unique_ptr<graph::Backend> create_cuda_backend() { return std::make_unique<CudaBackend>(); }
+
+std::string CudaBackend::describe() const { return "cuda: " + ctx_.describe(); }
+
+GraphStats CudaBackend::graph_stats() const {
+  GraphStats s = stats_;
+  s.enabled = graphs_enabled_;
+  s.stored = 0;
+  for (const auto& [key, st] : keys_)
+    if (st.exec != nullptr) ++s.stored;
+  return s;
+}
+
+void CudaBackend::fail_cuda(const std::string& what, cudaError_t err) const {
+  cudaGetLastError();  // the error was read here; do not leave it latched
+  const std::string msg = fmt::format("cuda: {}: {}", what, cuda_error_text(err));
+  if (err == cudaErrorMemoryAllocation) throw OutOfMemoryError(msg);  // e.g. pinned staging refused
+  throw Error(msg);
+}
+
+void CudaBackend::check_latched(const char* where) const {
+  const cudaError_t e = take_latched_error();
+  if (e != cudaSuccess)
+    fail("cuda: an error was latched before {} (raised by an earlier CUDA call, not by a kernel "
+         "of this step): {}", where, cuda_error_text(e));
+}
+
+// ---- pool ----------------------------------------------------------------------------------
+
+int32_t CudaBackend::alloc_buffer(uint64_t bytes) {
+  auto it = free_.find(bytes);
+  if (it != free_.end() && !it->second.empty()) {
+    const int32_t id = it->second.back();
+    it->second.pop_back();
+    return id;
+  }
+  if (capturing_) fail("cuda: internal error: pool allocation of {} bytes inside a capture window", bytes);
+  const uint64_t alloc = std::max<uint64_t>((bytes + kAlign - 1) / kAlign * kAlign, kAlign);
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, alloc);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    const auto [free_b, total_b] = ctx_.memory();
+    throw OutOfMemoryError(fmt::format(
+        "cuda: cannot allocate {} bytes ({:.1f} MiB) of device memory: {:.1f} MiB free of {:.1f} MiB, "
+        "this backend's pool holds {:.1f} MiB ({})", bytes, mib(bytes), mib(free_b), mib(total_b),
+        mib(pool_bytes_), cuda_error_text(e)));
+  }
+  // Zero-filled, so a kernel that reads a never-written region (a fresh KV cell) reads zeros.
+  if (const cudaError_t z = cudaMemsetAsync(p, 0, alloc, stream_); z != cudaSuccess) {
+    cudaFree(p);
+    fail_cuda(fmt::format("zero-filling a new buffer of {} bytes", bytes), z);
+  }
+  buffers_.push_back(Buffer{p, bytes});
+  ++generation_;
+  pool_bytes_ += alloc;
+  return static_cast<int32_t>(buffers_.size() - 1);
+}
+
+void CudaBackend::release_buffer(int32_t id) {
+  MINFER_ASSERT(id >= 0 && static_cast<size_t>(id) < buffers_.size());
+  free_[buffers_[static_cast<size_t>(id)].bytes].push_back(id);
+}
+
+void* CudaBackend::buffer_ptr(int32_t id) const {
+  MINFER_ASSERT(id >= 0 && static_cast<size_t>(id) < buffers_.size());
+  return buffers_[static_cast<size_t>(id)].ptr;
+}
+
+void CudaBackend::ensure_scratch(size_t bytes) {
+  if (bytes <= scratch_bytes_) return;
+  MINFER_ASSERT(!capturing_);
+  // Grow by at least half again, so a slowly growing need does not reallocate every step.
+  const size_t want = std::max(bytes, scratch_bytes_ + scratch_bytes_ / 2);
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, want);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    const auto [free_b, total_b] = ctx_.memory();
+    throw OutOfMemoryError(fmt::format(
+        "cuda: cannot allocate {} bytes ({:.1f} MiB) of op scratch: {:.1f} MiB free of {:.1f} MiB ({})",
+        want, mib(want), mib(free_b), mib(total_b), cuda_error_text(e)));
+  }
+  // The old arena may still be read by queued work or referenced by a captured graph of an
+  // older generation: it is kept until destruction, like every pool buffer.
+  if (scratch_ != nullptr) retired_scratch_.push_back(scratch_);
+  scratch_ = p;
+  scratch_bytes_ = want;
+  pool_bytes_ += want;
+  ++generation_;
+}
+
+// ---- weights -------------------------------------------------------------------------------
+
+void CudaBackend::register_weight(const graph::WeightTensor& w) {
+  const std::vector<TensorType> types = matrix_types(w.ne[0]);
+  const WeightPlacement p = place_weight(w, types, "CUDA");
+  if (p.kind == WeightPlacementKind::Refused) fail("{}", p.reason);
+  weights_[w.name] = ctx_.register_weight(w);
+}
+
+const void* CudaBackend::weight_data(const graph::WeightTensor& w) {
+  auto it = weights_.find(w.name);
+  if (it == weights_.end())
+    fail("{}: the weight was never registered with this CUDA backend", w.name);
+  const DeviceWeight& d = *it->second;
+  if (d.nbytes != w.nbytes || d.type != w.type)
+    fail("{}: registered with this CUDA backend as {} ({} bytes), asked for as {} ({} bytes)", w.name,
+         type_name(d.type), d.nbytes, type_name(w.type), w.nbytes);
+  return d.ptr;
+}
+
+// ---- transfers -----------------------------------------------------------------------------
+
+void CudaBackend::upload(void* dst, const void* src, uint64_t bytes) {
+  MINFER_ASSERT(!capturing_);
+  if (const cudaError_t e = staging_->upload(stream_, dst, src, bytes); e != cudaSuccess)
+    fail_cuda(fmt::format("uploading {} bytes to the device", bytes), e);
+}
+
+void CudaBackend::download(void* dst, const void* src, uint64_t bytes) {
+  MINFER_ASSERT(!capturing_);
+  check_latched("a device-to-host readback");
+  if (const cudaError_t e = staging_->download(stream_, dst, src, bytes); e != cudaSuccess)
+    fail_cuda(fmt::format("reading back {} bytes from the device (a fault of earlier device work on "
+                          "this stream is reported here too)", bytes), e);
+}
+
+void CudaBackend::copy(void* dst, const void* src, uint64_t bytes) {
+  MINFER_ASSERT(!capturing_);
+  if (bytes == 0) return;
+  if (const cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_); e != cudaSuccess)
+    fail_cuda(fmt::format("device-to-device copy of {} bytes", bytes), e);
+}
+
+void CudaBackend::move_rows(void* base, uint64_t row_bytes, int64_t src, int64_t dst, int64_t count) {
+  MINFER_ASSERT(!capturing_);
+  if (src < 0 || dst < 0 || count < 0)
+    fail("cuda: move_rows: invalid rows (src {}, dst {}, count {})", src, dst, count);
+  check_latched("a KV row move");
+  clear_launch_failure();
+  if (!cuda::move_rows(base, row_bytes, src, dst, count, stream_)) {
+    const LaunchFailure* f = launch_failure();
+    const std::string site = f ? f->site : "kv_move_rows";
+    const cudaError_t err = f ? f->err : cudaErrorUnknown;
+    clear_launch_failure();
+    fail("cuda: moving {} KV rows of {} bytes from row {} to row {}: launch {} failed: {}", count,
+         row_bytes, src, dst, site, cuda_error_text(err));
+  }
+}
+
+// ---- synchronize ---------------------------------------------------------------------------
+
+void CudaBackend::synchronize() {
+  MINFER_ASSERT(!capturing_);
+  check_latched("synchronize");
+  cudaError_t e = cudaMemcpyAsync(fault_host_, fault_dev_, 2 * sizeof(uint32_t), cudaMemcpyDeviceToHost, stream_);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream_);
+  if (e != cudaSuccess)
+    fail_cuda("synchronize found a fault of earlier device work on this stream (not attributed to "
+              "a particular kernel)", e);
+  const uint32_t code = fault_host_[0];
+  if (code == 0) return;
+  const auto value = static_cast<int32_t>(fault_host_[1]);
+  fault_host_[0] = fault_host_[1] = 0;
+  if (const cudaError_t z = cudaMemsetAsync(fault_dev_, 0, 2 * sizeof(uint32_t), stream_); z != cudaSuccess)
+    fail_cuda("resetting the fault words", z);
+  if (code & kFaultRowId)
+    fail("cuda: get_rows read row id {}, outside its table (the ids input is out of range)", value);
+  fail("cuda: a KV store wrote to cell {}, outside the KV region (the cells input is out of range)", value);
+}
+
+}  // namespace minfer::cuda

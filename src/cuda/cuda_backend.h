@@ -1,0 +1,152 @@
+// CudaBackend: the graph Backend of one engine on the CUDA device. It owns everything that is
+// per engine: a non-blocking stream that every launch, copy, event and capture of this instance
+// uses; a buffer pool (exact byte-length reuse, memory returned only on destruction); pinned
+// staging for inputs and readbacks; a scratch arena for ops that need temporary device memory;
+// the captured CUDA graphs and their warm-up counters. Process-wide facts (the device, its
+// limits, the weight registry) live in CudaContext (context.h). docs/cuda.md describes the
+// design; the capture state machine is in cuda_graphs.cpp, the op table in cuda_ops.cpp.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "cuda/context.h"
+#include "cuda/staging.h"
+#include "graph/backend.h"
+
+namespace minfer::cuda {
+
+/// Capture / replay counters of one backend (tests and diagnostics).
+struct GraphStats {
+  uint64_t direct = 0;    ///< split executions by direct launches
+  uint64_t captures = 0;  ///< capture windows closed into an executable graph
+  uint64_t replays = 0;   ///< launches of a stored executable graph
+  uint64_t aborted = 0;   ///< capture windows aborted (graphs are then disabled)
+  bool enabled = true;    ///< false with MINFER_NO_CUDA_GRAPH=1 or after an error
+  size_t stored = 0;      ///< executable graphs held now
+};
+
+class CudaBackend final : public graph::Backend {
+ public:
+  /// Uses CudaContext::instance() (throws minfer::Error when CUDA is disabled or absent) and
+  /// creates this instance's stream. Reads MINFER_NO_CUDA_GRAPH and MINFER_NO_PREFILL_CAPTURE.
+  CudaBackend();
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  graph::BackendKind kind() const override { return graph::BackendKind::Cuda; }
+  std::string describe() const override;
+  std::string unsupported_reason(const graph::Graph& g, const graph::Node& n) const override;
+  bool supports_fused(graph::Op op) const override;
+
+  /// Exact byte-length reuse; a new buffer is zero-filled (stream-ordered). Throws
+  /// OutOfMemoryError naming the bytes and the device's free memory when cudaMalloc fails.
+  int32_t alloc_buffer(uint64_t bytes) override;
+  void release_buffer(int32_t id) override;
+  void* buffer_ptr(int32_t id) const override;
+  uint64_t pool_generation() const override { return generation_; }
+
+  /// Places `w` by place_weight (models/weight_placement.h): refused -> minfer::Error naming the
+  /// tensor and its type; otherwise the context uploads it (or reuses an identical copy).
+  void register_weight(const graph::WeightTensor& w) override;
+  /// The device copy this backend registered for `w` (minfer::Error when never registered, or
+  /// registered with another size / type).
+  const void* weight_data(const graph::WeightTensor& w) override;
+
+  void upload(void* dst, const void* src, uint64_t bytes) override;
+  void download(void* dst, const void* src, uint64_t bytes) override;
+  void copy(void* dst, const void* src, uint64_t bytes) override;
+  void move_rows(void* base, uint64_t row_bytes, int64_t src, int64_t dst, int64_t count) override;
+
+  /// Runs nodes [begin, end): direct launches, or a capture / replay of a CUDA graph for the key
+  /// (g.uid(), begin, end) (cuda_graphs.cpp). A failed launch throws minfer::Error naming the
+  /// node and the launch site (and aborts an open capture, disabling graphs for this backend).
+  void execute(const graph::Graph& g, const graph::ExecPlan& plan, size_t begin, size_t end) override;
+  /// Waits for the stream. Reports an error latched before the call as latched (never blamed
+  /// on a kernel), a device fault raised by earlier work, and bad kernel inputs (a row id or KV
+  /// cell out of range) as one-line minfer::Errors.
+  void synchronize() override;
+
+  cudaStream_t stream() const { return stream_; }
+  GraphStats graph_stats() const;
+  /// Bytes held by the pool (in use or free) and the scratch arena.
+  uint64_t pool_bytes() const { return pool_bytes_; }
+  size_t scratch_bytes() const { return scratch_bytes_; }
+
+ private:
+  struct Buffer {
+    void* ptr = nullptr;
+    uint64_t bytes = 0;
+  };
+  struct GraphKey {
+    uint64_t uid = 0;
+    size_t begin = 0, end = 0;
+    auto operator<=>(const GraphKey&) const = default;
+  };
+  struct KeyState {
+    uint64_t runs = 0;       ///< executions since the key was (re)armed
+    cudaGraphExec_t exec = nullptr;
+    uint64_t generation = 0;  ///< pool generation the exec was captured at
+    uint64_t signature = 0;   ///< split_signature at capture (addresses, KV layout)
+    uint64_t last_use = 0;
+  };
+  enum class Mode { Direct, Capture, Replay };
+
+  // cuda_ops.cpp
+  size_t node_scratch_bytes(const graph::Graph& g, const graph::Node& n) const;
+  void run_node(const graph::Graph& g, const graph::ExecPlan& plan, graph::NodeId id);
+  void run_direct(const graph::Graph& g, const graph::ExecPlan& plan, size_t begin, size_t end);
+
+  // cuda_graphs.cpp
+  Mode choose_mode(const graph::Graph& g, const graph::ExecPlan& plan, size_t begin, size_t end,
+                   KeyState** state);
+  void begin_capture();
+  bool end_capture(KeyState& st, uint64_t signature);
+  void abort_capture(const std::string& why);
+  void disable_graphs(const std::string& why);
+  void destroy_exec(KeyState& st);
+  void evict_keys();
+
+  // cuda_backend.cpp
+  void ensure_scratch(size_t bytes);
+  /// Throws "cuda: <what>: <error>" (OutOfMemoryError for cudaErrorMemoryAllocation) after
+  /// clearing the error so it is not reported again as latched.
+  [[noreturn]] void fail_cuda(const std::string& what, cudaError_t err) const;
+  void check_latched(const char* where) const;
+
+  CudaContext& ctx_;
+  cudaStream_t stream_ = nullptr;
+  std::vector<Buffer> buffers_;
+  std::map<uint64_t, std::vector<int32_t>> free_;  ///< bytes -> free buffer ids
+  uint64_t generation_ = 0;
+  uint64_t pool_bytes_ = 0;
+
+  void* scratch_ = nullptr;  ///< arena for op temporaries (grow-only)
+  size_t scratch_bytes_ = 0;
+  std::vector<void*> retired_scratch_;  ///< outgrown arenas (freed on destruction)
+
+  uint32_t* fault_dev_ = nullptr;   ///< 2 words (kernels/common.cuh FaultCode)
+  uint32_t* fault_host_ = nullptr;  ///< pinned copy read at synchronize()
+
+  std::unique_ptr<PinnedStaging> staging_;
+  std::unordered_map<std::string, std::shared_ptr<const DeviceWeight>> weights_;
+
+  bool graphs_enabled_ = true;
+  bool prefill_capture_ = true;
+  bool capturing_ = false;
+  std::map<GraphKey, KeyState> keys_;
+  uint64_t use_clock_ = 0;
+  GraphStats stats_;
+};
+
+/// A new CudaBackend (throws minfer::Error when CUDA is disabled or no device is present).
+std::unique_ptr<graph::Backend> create_cuda_backend();
+
+}  // namespace minfer::cuda

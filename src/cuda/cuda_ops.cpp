@@ -1,0 +1,361 @@
+// The op table of the CUDA backend: which ops and shapes it runs (unsupported_reason), the
+// scratch each op needs, and the dispatch from each op to its kernel launchers.
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/kernels/attention.cuh"
+#include "cuda/kernels/batch_matmul.cuh"
+#include "cuda/kernels/elementwise.cuh"
+#include "cuda/kernels/get_rows.cuh"
+#include "cuda/kernels/kv.cuh"
+#include "cuda/kernels/launch.cuh"
+#include "cuda/kernels/matmul.cuh"
+#include "cuda/kernels/norm.cuh"
+#include "cuda/kernels/rope.cuh"
+#include "quant/quant.h"
+
+namespace minfer::cuda {
+
+using graph::Graph;
+using graph::Node;
+using graph::NodeId;
+using graph::Op;
+
+namespace {
+
+constexpr size_t kAlign = 256;
+constexpr int64_t kMaxRopeDims = 8192;  // the rope kernel keeps n_rot floats in shared memory
+
+size_t align_up(size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
+
+const Node& src(const Graph& g, const Node& n, int i) { return g.node(n.src[static_cast<size_t>(i)]); }
+
+AttnShape attn_shape(const Graph& g, const Node& n) {
+  AttnShape s;
+  s.n_tok = src(g, n, 0).ne[1];
+  s.n_head = n.p.n_head;
+  s.n_head_kv = n.p.n_head_kv;
+  s.head_dim = n.p.head_dim;
+  s.n_kv = n.p.n_kv;
+  return s;
+}
+
+std::string matmul_reason(TensorType t, int64_t k) {
+  const char* why = nullptr;
+  if (matmul_supported(t, k, &why)) return {};
+  return fmt::format("{} weights with rows of {}: {}", type_name(t), k,
+                     why != nullptr ? why : "no CUDA matmul kernel");
+}
+
+/// Activations of an op are f32 (ids and positions i32): the sources that must be f32.
+std::string check_f32_sources(const Graph& g, const Node& n, std::initializer_list<int> idx) {
+  for (int i : idx)
+    if (src(g, n, i).type != TensorType::F32)
+      return fmt::format("input {} ({}) is {}, the CUDA kernels read f32 activations", i,
+                         src(g, n, i).name, type_name(src(g, n, i).type));
+  return {};
+}
+
+}  // namespace
+
+bool CudaBackend::supports_fused(Op op) const {
+  return op == Op::SwiGLU || op == Op::FusedQKV || op == Op::FusedFFN;
+}
+
+std::string CudaBackend::unsupported_reason(const Graph& g, const Node& n) const {
+  if (graph::op_is_leaf(n.op) || graph::op_is_alias(n.op)) return {};
+  if (n.op != Op::KvcacheStore && n.type != TensorType::F32)
+    return fmt::format("output type {}: the CUDA kernels write f32 activations", type_name(n.type));
+  switch (n.op) {
+    case Op::Add:
+    case Op::Mul:
+    case Op::SwiGLU:
+    case Op::BatchMatMul:
+      return check_f32_sources(g, n, {0, 1});
+    case Op::Scale:
+    case Op::Silu:
+    case Op::Softmax:
+    case Op::Permute:
+      return check_f32_sources(g, n, {0});
+    case Op::RmsNorm:
+    case Op::QkNorm:
+      return check_f32_sources(g, n, {0, 1});
+    case Op::Rope:
+      if (n.p.n_rot > kMaxRopeDims) return fmt::format("n_rot {} exceeds {}", n.p.n_rot, kMaxRopeDims);
+      return check_f32_sources(g, n, {0});
+    case Op::MatMul: {
+      if (auto r = check_f32_sources(g, n, {1}); !r.empty()) return r;
+      return matmul_reason(src(g, n, 0).type, src(g, n, 0).ne[0]);
+    }
+    case Op::FusedQKV:
+    case Op::FusedFFN: {
+      if (auto r = check_f32_sources(g, n, {0}); !r.empty()) return r;
+      for (int i = 1; i <= 3; ++i)
+        if (auto r = matmul_reason(src(g, n, i).type, src(g, n, i).ne[0]); !r.empty()) return r;
+      if (n.op == Op::FusedQKV && n.p.has_bias) return check_f32_sources(g, n, {4, 5, 6});
+      return {};
+    }
+    case Op::GetRows:
+      if (!get_rows_supported(src(g, n, 0).type))
+        return fmt::format("{} tables have no CUDA gather kernel", type_name(src(g, n, 0).type));
+      return {};
+    case Op::KvcacheStore:
+    case Op::KvcacheLoad: {
+      const TensorType t = src(g, n, n.op == Op::KvcacheStore ? 1 : 0).type;
+      if (!kv_type_supported(t)) return fmt::format("KV format {} is not supported (f32, f16, q8_0)", type_name(t));
+      if (n.op == Op::KvcacheStore) return check_f32_sources(g, n, {0});
+      return {};
+    }
+    case Op::Attn: {
+      const TensorType kt = src(g, n, 1).type, vt = src(g, n, 2).type;
+      if (kt != vt) return fmt::format("K ({}) and V ({}) regions differ in format", type_name(kt), type_name(vt));
+      if (const char* why = attn_unsupported(attn_shape(g, n), kt); *why != '\0') return why;
+      return check_f32_sources(g, n, {0});
+    }
+    default:
+      return fmt::format("{} has no CUDA kernel", graph::op_name(n.op));
+  }
+}
+
+size_t CudaBackend::node_scratch_bytes(const Graph& g, const Node& n) const {
+  switch (n.op) {
+    case Op::MatMul: {
+      const Node& w = src(g, n, 0);
+      const int64_t k = w.ne[0];
+      return align_up(quantized_activation_bytes(w.type, k, src(g, n, 1).n_elements() / k));
+    }
+    case Op::FusedQKV: {
+      const int64_t k = src(g, n, 0).ne[0], nt = src(g, n, 0).n_elements() / k;
+      size_t b = 0;
+      for (int i = 1; i <= 3; ++i) {
+        bool seen = false;
+        for (int j = 1; j < i; ++j) seen = seen || src(g, n, j).type == src(g, n, i).type;
+        if (!seen) b += align_up(quantized_activation_bytes(src(g, n, i).type, k, nt));
+      }
+      return b;
+    }
+    case Op::FusedFFN: {
+      const int64_t k = src(g, n, 0).ne[0], nt = src(g, n, 0).n_elements() / k;
+      const Node& wg = src(g, n, 1);
+      const Node& wu = src(g, n, 2);
+      const Node& wd = src(g, n, 3);
+      const int64_t ff = wg.ne[1];
+      size_t b = align_up(quantized_activation_bytes(wg.type, k, nt));
+      if (wu.type != wg.type) b += align_up(quantized_activation_bytes(wu.type, k, nt));
+      b += 2 * align_up(static_cast<size_t>(ff * nt) * sizeof(float));
+      b += align_up(quantized_activation_bytes(wd.type, ff, nt));
+      return b;
+    }
+    case Op::Attn:
+      return attn_plan(attn_shape(g, n), ctx_.info().sm_count).scratch_bytes;
+    default:
+      return 0;
+  }
+}
+
+namespace {
+
+/// What a launcher needs from one node; `launched` turns a failed launch into an Error.
+struct OpArgs {
+  const Graph& g;
+  const graph::ExecPlan& plan;
+  const Node& n;
+  NodeId id;
+  cudaStream_t stream;
+  uint8_t* scratch;
+  uint32_t* fault;
+  int sm_count;
+
+  template <typename T = float>
+  T* in(int i) const { return static_cast<T*>(plan.src_data(g, n, i)); }
+  float* out() const { return static_cast<float*>(plan.out_data(g, id)); }
+  const Node& s(int i) const { return src(g, n, i); }
+};
+
+void launched(bool ok, const OpArgs& a) {
+  if (ok) return;
+  const LaunchFailure* f = launch_failure();
+  const std::string site = f != nullptr && f->site != nullptr ? f->site : "(no launch recorded)";
+  const std::string err = f != nullptr ? cuda_error_text(f->err) : "the launcher refused the shape";
+  clear_launch_failure();
+  fail("node {} ({}): CUDA launch {} failed: {}", a.n.name, graph::op_name(a.n.op), site, err);
+}
+
+Shape4 shape(const graph::Shape& s) { return {s[0], s[1], s[2], s[3]}; }
+
+void op_add(const OpArgs& a) {
+  launched(binary(BinaryOp::Add, a.in(0), a.in(1), a.out(), shape(a.n.ne), shape(a.s(1).ne), a.stream), a);
+}
+void op_mul(const OpArgs& a) {
+  launched(binary(BinaryOp::Mul, a.in(0), a.in(1), a.out(), shape(a.n.ne), shape(a.s(1).ne), a.stream), a);
+}
+void op_scale(const OpArgs& a) { launched(scale(a.in(0), a.out(), a.n.n_elements(), a.n.p.scale, a.stream), a); }
+void op_silu(const OpArgs& a) { launched(silu(a.in(0), a.out(), a.n.n_elements(), a.stream), a); }
+void op_swiglu(const OpArgs& a) { launched(swiglu(a.in(0), a.in(1), a.out(), a.n.n_elements(), a.stream), a); }
+void op_softmax(const OpArgs& a) {
+  const int64_t len = a.n.ne[0];
+  launched(softmax(a.in(0), a.out(), len, a.n.n_elements() / len, a.n.p.scale, a.stream), a);
+}
+void op_permute(const OpArgs& a) {
+  launched(permute(a.in(0), a.out(), shape(a.s(0).ne), a.n.p.perm, a.stream), a);
+}
+void op_rms_norm(const OpArgs& a) {
+  const int64_t len = a.n.ne[0];
+  launched(rms_norm(a.in(0), a.in(1), a.out(), len, a.n.n_elements() / len, a.n.p.eps, "rms_norm", a.stream), a);
+}
+void op_qk_norm(const OpArgs& a) {
+  const int64_t len = a.n.p.head_dim;
+  launched(rms_norm(a.in(0), a.in(1), a.out(), len, a.n.n_elements() / len, a.n.p.eps, "qk_norm", a.stream), a);
+}
+void op_rope(const OpArgs& a) {
+  const int64_t hd = a.n.p.head_dim, n_rot = a.n.p.n_rot;
+  // The CPU's expression (src/cpu/kernels_norm_rope.cpp), evaluated here on the host.
+  const float theta_scale = std::pow(a.n.p.rope_theta, -2.0f / static_cast<float>(n_rot));
+  launched(rope_neox(a.in(0), a.in<int32_t>(1), a.out(), hd, a.n.ne[0] / hd, a.n.ne[1], n_rot,
+                     theta_scale, a.stream), a);
+}
+void op_batch_matmul(const OpArgs& a) {
+  launched(batch_matmul_f32(a.in(0), a.in(1), a.out(), a.s(0).ne[0], a.s(0).ne[1], a.s(1).ne[1],
+                            a.s(0).ne[2], a.stream), a);
+}
+void op_get_rows(const OpArgs& a) {
+  const Node& t = a.s(0);
+  launched(get_rows(t.type, a.in<void>(0), t.ne[0], t.ne[1], row_bytes(t.type, t.ne[0]),
+                    a.in<int32_t>(1), a.n.ne[1], a.out(), a.fault, a.stream), a);
+}
+void op_kv_store(const OpArgs& a) {
+  const Node& r = a.s(1);
+  const int64_t d = a.s(0).ne[0];
+  launched(kv_store(r.type, a.in(0), a.in<int32_t>(2), d, a.s(0).ne[1], a.in<void>(1),
+                    row_bytes(r.type, d), r.ne[1], a.fault, a.stream), a);
+}
+void op_kv_load(const OpArgs& a) {
+  const Node& r = a.s(0);
+  launched(kv_load(r.type, a.in<void>(0), row_bytes(r.type, r.ne[0]), r.ne[0], a.n.p.n_kv, a.out(), a.stream), a);
+}
+void op_attn(const OpArgs& a) {
+  const AttnShape s = attn_shape(a.g, a.n);
+  AttnArgs args;
+  args.q = a.in(0);
+  args.k = a.in<void>(1);
+  args.v = a.in<void>(2);
+  args.row_bytes = row_bytes(a.s(1).type, a.s(1).ne[0]);
+  args.pos = a.in<int32_t>(3);
+  args.seq = a.in<int32_t>(4);
+  args.kv_pos = a.in<int32_t>(5);
+  args.kv_seq = a.in<int32_t>(6);
+  args.scale = a.n.p.scale;
+  args.out = a.out();
+  args.scratch = a.scratch;
+  launched(attention(a.s(1).type, s, attn_plan(s, a.sm_count), args, a.stream), a);
+}
+
+/// y [m, n] (rows ldy apart) = W^T x for weights `w` of node source `wi`; `qx` holds the
+/// quantized x for that weight type (or is x when the type reads f32 activations).
+void matmul_into(const OpArgs& a, int wi, const float* x, const void* qx, int64_t n, float* y, int64_t ldy) {
+  const Node& w = a.s(wi);
+  launched(matmul(w.type, a.in<void>(wi), w.ne[0], w.ne[1], x, qx, n, y, ldy, a.stream), a);
+}
+
+/// Quantizes x [k, n] for weights of `type` into the scratch at `*cursor` (advanced); returns
+/// the buffer the matmul reads (x itself when the type reads f32 activations).
+const void* quantize_into(const OpArgs& a, TensorType type, const float* x, int64_t k, int64_t n, size_t* cursor) {
+  const size_t bytes = quantized_activation_bytes(type, k, n);
+  if (bytes == 0) return x;
+  void* qx = a.scratch + *cursor;
+  *cursor += align_up(bytes);
+  launched(quantize_activations(type, x, k, n, qx, a.stream), a);
+  return qx;
+}
+
+void op_matmul(const OpArgs& a) {
+  const int64_t k = a.s(0).ne[0], n = a.s(1).n_elements() / k;
+  size_t cursor = 0;
+  const void* qx = quantize_into(a, a.s(0).type, a.in(1), k, n, &cursor);
+  matmul_into(a, 0, a.in(1), qx, n, a.out(), a.s(0).ne[1]);
+}
+
+// srcs: x, Wq, Wk, Wv [, bq, bk, bv]; output planar: q [dq, n], then k, then v.
+void op_fused_qkv(const OpArgs& a) {
+  const float* x = a.in(0);
+  const int64_t k = a.s(0).ne[0], n = a.s(0).n_elements() / k;
+  size_t cursor = 0;
+  const void* qx[3] = {nullptr, nullptr, nullptr};
+  float* plane = a.out();
+  for (int p = 0; p < 3; ++p) {
+    const TensorType t = a.s(1 + p).type;
+    for (int j = 0; j < p; ++j)
+      if (a.s(1 + j).type == t) qx[p] = qx[j];  // same weight type: same quantized activations
+    if (qx[p] == nullptr) qx[p] = quantize_into(a, t, x, k, n, &cursor);
+    const int64_t m = a.s(1 + p).ne[1];
+    matmul_into(a, 1 + p, x, qx[p], n, plane, m);
+    if (a.n.p.has_bias) launched(add_bias(plane, a.in(4 + p), m, n, a.stream), a);
+    plane += m * n;
+  }
+}
+
+// srcs: x, Wgate, Wup, Wdown: out = Wdown^T (silu(Wgate^T x) * (Wup^T x)).
+void op_fused_ffn(const OpArgs& a) {
+  const float* x = a.in(0);
+  const int64_t k = a.s(0).ne[0], n = a.s(0).n_elements() / k;
+  const int64_t ff = a.s(1).ne[1];
+  size_t cursor = 0;
+  const void* qg = quantize_into(a, a.s(1).type, x, k, n, &cursor);
+  const void* qu = a.s(2).type == a.s(1).type ? qg : quantize_into(a, a.s(2).type, x, k, n, &cursor);
+  auto* gate = reinterpret_cast<float*>(a.scratch + cursor);
+  cursor += align_up(static_cast<size_t>(ff * n) * sizeof(float));
+  auto* up = reinterpret_cast<float*>(a.scratch + cursor);
+  cursor += align_up(static_cast<size_t>(ff * n) * sizeof(float));
+  matmul_into(a, 1, x, qg, n, gate, ff);
+  matmul_into(a, 2, x, qu, n, up, ff);
+  launched(swiglu(gate, up, gate, ff * n, a.stream), a);
+  const void* qh = quantize_into(a, a.s(3).type, gate, ff, n, &cursor);
+  matmul_into(a, 3, gate, qh, n, a.out(), a.s(3).ne[1]);
+}
+
+using OpFn = void (*)(const OpArgs&);
+struct OpEntry {
+  Op op;
+  OpFn fn;
+};
+
+// The dispatch table: one launcher per op (leaves and aliases have nothing to run).
+constexpr OpEntry kOpTable[] = {
+    {Op::Add, op_add},           {Op::Mul, op_mul},
+    {Op::Scale, op_scale},       {Op::Silu, op_silu},
+    {Op::SwiGLU, op_swiglu},     {Op::Softmax, op_softmax},
+    {Op::Permute, op_permute},   {Op::RmsNorm, op_rms_norm},
+    {Op::QkNorm, op_qk_norm},    {Op::Rope, op_rope},
+    {Op::MatMul, op_matmul},     {Op::FusedQKV, op_fused_qkv},
+    {Op::FusedFFN, op_fused_ffn}, {Op::BatchMatMul, op_batch_matmul},
+    {Op::GetRows, op_get_rows},  {Op::KvcacheStore, op_kv_store},
+    {Op::KvcacheLoad, op_kv_load}, {Op::Attn, op_attn},
+};
+
+OpFn find_op(Op op) {
+  for (const OpEntry& e : kOpTable)
+    if (e.op == op) return e.fn;
+  return nullptr;
+}
+
+}  // namespace
+
+void CudaBackend::run_node(const Graph& g, const graph::ExecPlan& plan, NodeId id) {
+  const Node& n = g.node(id);
+  if (n.dead || graph::op_is_leaf(n.op) || graph::op_is_alias(n.op)) return;
+  const OpFn fn = find_op(n.op);
+  if (fn == nullptr) fail("node {} ({}): no CUDA kernel", n.name, graph::op_name(n.op));
+  // An error latched by an earlier CUDA call is reported as latched, never blamed on this node.
+  if (const cudaError_t e = take_latched_error(); e != cudaSuccess)
+    fail("node {} ({}): a CUDA error was latched before its launch (raised by an earlier call, "
+         "not by this node): {}", n.name, graph::op_name(n.op), cuda_error_text(e));
+  fn(OpArgs{g, plan, n, id, stream_, static_cast<uint8_t*>(scratch_), fault_dev_, ctx_.info().sm_count});
+}
+
+void CudaBackend::run_direct(const Graph& g, const graph::ExecPlan& plan, size_t begin, size_t end) {
+  for (size_t i = begin; i < end; ++i) run_node(g, plan, static_cast<NodeId>(i));
+}
+
+}  // namespace minfer::cuda

@@ -1,0 +1,174 @@
+#include "cuda/kernels/elementwise.cuh"
+
+#include "cuda/kernels/common.cuh"
+#include "cuda/kernels/launch.cuh"
+
+namespace minfer::cuda {
+namespace {
+
+struct Dims {
+  int64_t ne[4];
+  int64_t nb[4];
+};
+
+template <BinaryOp OP>
+__global__ void binary_kernel(const float* __restrict__ a, const float* __restrict__ b,
+                              float* __restrict__ out, Dims s) {
+  const int64_t total = s.ne[0] * s.ne[1] * s.ne[2] * s.ne[3];
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i0 = i % s.ne[0];
+    int64_t r = i / s.ne[0];
+    const int64_t i1 = r % s.ne[1];
+    r /= s.ne[1];
+    const int64_t i2 = r % s.ne[2];
+    const int64_t i3 = r / s.ne[2];
+    const int64_t j = (s.nb[0] == 1 ? 0 : i0) +
+                      s.nb[0] * ((s.nb[1] == 1 ? 0 : i1) +
+                                 s.nb[1] * ((s.nb[2] == 1 ? 0 : i2) + s.nb[2] * (s.nb[3] == 1 ? 0 : i3)));
+    out[i] = OP == BinaryOp::Add ? __fadd_rn(a[i], b[j]) : __fmul_rn(a[i], b[j]);
+  }
+}
+
+__global__ void scale_kernel(const float* __restrict__ a, float* __restrict__ out, int64_t n, float s) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = __fmul_rn(a[i], s);
+}
+
+// The CPU's silu: x / (1 + exp(-x)), exp correctly rounded to float.
+__device__ __forceinline__ float silu_f(float x) {
+  const float e = static_cast<float>(exp(-static_cast<double>(x)));
+  return __fdiv_rn(x, __fadd_rn(1.0f, e));
+}
+
+__global__ void silu_kernel(const float* __restrict__ a, float* __restrict__ out, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = silu_f(a[i]);
+}
+
+// out may alias gate: each element is read before it is written by the same thread.
+__global__ void swiglu_kernel(const float* gate, const float* __restrict__ up, float* out, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = __fmul_rn(silu_f(gate[i]), up[i]);
+}
+
+// One block per row (grid-stride over rows).
+__global__ void softmax_kernel(const float* __restrict__ a, float* __restrict__ out, int64_t len,
+                               int64_t rows, float s) {
+  __shared__ float fscratch[32];
+  __shared__ double dscratch[32];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float* x = a + r * len;
+    float* y = out + r * len;
+    float mx = -INFINITY;
+    for (int64_t i = threadIdx.x; i < len; i += blockDim.x) mx = fmaxf(mx, __fmul_rn(x[i], s));
+    mx = block_max(mx, fscratch);
+    double sum = 0.0;
+    for (int64_t i = threadIdx.x; i < len; i += blockDim.x) {
+      const float v = mx == -INFINITY
+                          ? 0.0f
+                          : static_cast<float>(exp(static_cast<double>(__fsub_rn(__fmul_rn(x[i], s), mx))));
+      y[i] = v;
+      sum += v;
+    }
+    sum = block_sum(sum, dscratch);
+    const float inv = sum > 0.0 ? static_cast<float>(1.0 / sum) : 0.0f;
+    for (int64_t i = threadIdx.x; i < len; i += blockDim.x) y[i] = __fmul_rn(y[i], inv);
+  }
+}
+
+struct PermDims {
+  int64_t out_ne[4];
+  int64_t src_stride[4];  // element stride in the source of each output axis
+};
+
+__global__ void permute_kernel(const float* __restrict__ in, float* __restrict__ out, PermDims p) {
+  const int64_t total = p.out_ne[0] * p.out_ne[1] * p.out_ne[2] * p.out_ne[3];
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t r = i;
+    int64_t src = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      src += (r % p.out_ne[k]) * p.src_stride[k];
+      r /= p.out_ne[k];
+    }
+    out[i] = in[src];
+  }
+}
+
+__global__ void add_bias_kernel(float* __restrict__ y, const float* __restrict__ b, int64_t m, int64_t n) {
+  const int64_t total = m * n;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    y[i] = __fadd_rn(y[i], b[i % m]);
+}
+
+}  // namespace
+
+bool binary(BinaryOp op, const float* a, const float* b, float* out, const Shape4& ne,
+            const Shape4& nb, cudaStream_t stream) {
+  Dims d{};
+  for (int i = 0; i < 4; ++i) {
+    d.ne[i] = ne[static_cast<size_t>(i)];
+    d.nb[i] = nb[static_cast<size_t>(i)];
+  }
+  const int64_t total = ne[0] * ne[1] * ne[2] * ne[3];
+  if (total <= 0) return true;
+  if (op == BinaryOp::Add) {
+    binary_kernel<BinaryOp::Add><<<grid_for(total, kBlock), kBlock, 0, stream>>>(a, b, out, d);
+    return MINFER_LAUNCH_CHECK("add");
+  }
+  binary_kernel<BinaryOp::Mul><<<grid_for(total, kBlock), kBlock, 0, stream>>>(a, b, out, d);
+  return MINFER_LAUNCH_CHECK("mul");
+}
+
+bool scale(const float* a, float* out, int64_t n, float s, cudaStream_t stream) {
+  if (n <= 0) return true;
+  scale_kernel<<<grid_for(n, kBlock), kBlock, 0, stream>>>(a, out, n, s);
+  return MINFER_LAUNCH_CHECK("scale");
+}
+
+bool silu(const float* a, float* out, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return true;
+  silu_kernel<<<grid_for(n, kBlock), kBlock, 0, stream>>>(a, out, n);
+  return MINFER_LAUNCH_CHECK("silu");
+}
+
+bool swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return true;
+  swiglu_kernel<<<grid_for(n, kBlock), kBlock, 0, stream>>>(gate, up, out, n);
+  return MINFER_LAUNCH_CHECK("swiglu");
+}
+
+bool softmax(const float* a, float* out, int64_t len, int64_t rows, float s, cudaStream_t stream) {
+  if (len <= 0 || rows <= 0) return true;
+  softmax_kernel<<<grid_for(rows, 1), kBlock, 0, stream>>>(a, out, len, rows, s);
+  return MINFER_LAUNCH_CHECK("softmax");
+}
+
+bool permute(const float* in, float* out, const Shape4& in_ne, const std::array<int8_t, 4>& perm,
+             cudaStream_t stream) {
+  const int64_t stride[4] = {1, in_ne[0], in_ne[0] * in_ne[1], in_ne[0] * in_ne[1] * in_ne[2]};
+  PermDims p{};
+  for (int i = 0; i < 4; ++i) {
+    const auto ax = static_cast<size_t>(perm[static_cast<size_t>(i)]);
+    p.out_ne[i] = in_ne[ax];
+    p.src_stride[i] = stride[ax];
+  }
+  const int64_t total = in_ne[0] * in_ne[1] * in_ne[2] * in_ne[3];
+  if (total <= 0) return true;
+  permute_kernel<<<grid_for(total, kBlock), kBlock, 0, stream>>>(in, out, p);
+  return MINFER_LAUNCH_CHECK("permute");
+}
+
+bool add_bias(float* y, const float* b, int64_t m, int64_t n, cudaStream_t stream) {
+  if (m <= 0 || n <= 0) return true;
+  add_bias_kernel<<<grid_for(m * n, kBlock), kBlock, 0, stream>>>(y, b, m, n);
+  return MINFER_LAUNCH_CHECK("add_bias");
+}
+
+}  // namespace minfer::cuda

@@ -1,0 +1,112 @@
+// A tiny random Qwen2 / Qwen3 model written with the project's GGUF writer, for tests that need a
+// model of a given weight type (the fixture models are Q8_0 and Q4_0 only). The file follows
+// llama.cpp's tensor names and metadata keys (../shared/fixtures/models/README.md lists them);
+// it has no tokenizer (the loader does not need one; tests feed token ids).
+//
+// Weights are seeded normal values, quantized with the reference quantizer of the chosen type
+// (2-D tensors; 1-D norms and biases stay f32). Scales keep activations O(1) and make the logits
+// spread (std about 4) so greedy decoding is not a sequence of near-ties.
+#pragma once
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf_writer.h"
+#include "quant/quant.h"
+
+namespace minfer::test {
+
+struct SynthSpec {
+  std::string arch = "qwen2";          ///< "qwen2" (q/k/v biases, tied output) or "qwen3"
+  TensorType type = TensorType::Q8_0;  ///< every 2-D weight
+  int64_t n_embd = 256;
+  int64_t n_layer = 2;
+  int64_t n_head = 4;
+  int64_t n_head_kv = 2;
+  int64_t head_dim = 64;
+  int64_t n_ff = 512;
+  int64_t n_vocab = 512;
+  uint32_t n_ctx_train = 4096;
+  float rope_theta = 1e6f;
+  uint32_t seed = 1;
+};
+
+/// Writes the model to `dir`/synth-<arch>-<type>.gguf and returns the path.
+inline std::filesystem::path write_synth_model(const SynthSpec& s, const std::filesystem::path& dir) {
+  gguf::GgufWriter w;
+  const std::string a = s.arch;
+  w.set_string("general.architecture", a);
+  w.set_string("general.name", "synth-" + a + "-" + std::string(type_name(s.type)));
+  w.set_u32(a + ".embedding_length", static_cast<uint32_t>(s.n_embd));
+  w.set_u32(a + ".block_count", static_cast<uint32_t>(s.n_layer));
+  w.set_u32(a + ".feed_forward_length", static_cast<uint32_t>(s.n_ff));
+  w.set_u32(a + ".attention.head_count", static_cast<uint32_t>(s.n_head));
+  w.set_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv));
+  w.set_u32(a + ".context_length", s.n_ctx_train);
+  w.set_f32(a + ".rope.freq_base", s.rope_theta);
+  w.set_f32(a + ".attention.layer_norm_rms_epsilon", 1e-6f);
+  if (a == "qwen3") {
+    w.set_u32(a + ".attention.key_length", static_cast<uint32_t>(s.head_dim));
+    w.set_u32(a + ".attention.value_length", static_cast<uint32_t>(s.head_dim));
+  }
+
+  std::mt19937 rng(s.seed);
+  // f32 values of a tensor; `sigma` the spread, `mean` added (norm weights sit around 1).
+  const auto values = [&rng](int64_t n, float sigma, float mean) {
+    std::normal_distribution<float> d(mean, sigma);
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = d(rng);
+    return v;
+  };
+  const auto vec = [&](const std::string& name, int64_t n, float sigma, float mean) {
+    const std::vector<float> v = values(n, sigma, mean);
+    std::vector<uint8_t> bytes(v.size() * sizeof(float));
+    std::memcpy(bytes.data(), v.data(), bytes.size());
+    const int64_t ne[1] = {n};
+    w.add_tensor_bytes(name, TensorType::F32, ne, bytes);
+  };
+  const auto mat = [&](const std::string& name, int64_t k, int64_t m, float sigma) {
+    const std::vector<float> v = values(k * m, sigma, 0.0f);
+    const size_t rb = row_bytes(s.type, k);
+    std::vector<uint8_t> bytes(rb * static_cast<size_t>(m));
+    const TypeTraits& t = type_traits(s.type);
+    for (int64_t r = 0; r < m; ++r) t.quantize_row(v.data() + r * k, bytes.data() + static_cast<size_t>(r) * rb, k);
+    const int64_t ne[2] = {k, m};
+    w.add_tensor_bytes(name, s.type, ne, bytes);
+  };
+
+  const int64_t q_dim = s.n_head * s.head_dim, kv_dim = s.n_head_kv * s.head_dim;
+  const float in_sigma = 1.0f / std::sqrt(static_cast<float>(s.n_embd));
+  mat("token_embd.weight", s.n_embd, s.n_vocab, 0.25f);
+  vec("output_norm.weight", s.n_embd, 0.05f, 1.0f);
+  if (a == "qwen3") mat("output.weight", s.n_embd, s.n_vocab, 0.25f);
+  for (int64_t l = 0; l < s.n_layer; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    vec(p + "attn_norm.weight", s.n_embd, 0.05f, 1.0f);
+    mat(p + "attn_q.weight", s.n_embd, q_dim, in_sigma);
+    mat(p + "attn_k.weight", s.n_embd, kv_dim, in_sigma);
+    mat(p + "attn_v.weight", s.n_embd, kv_dim, in_sigma);
+    if (a == "qwen2") {
+      vec(p + "attn_q.bias", q_dim, 0.1f, 0.0f);
+      vec(p + "attn_k.bias", kv_dim, 0.1f, 0.0f);
+      vec(p + "attn_v.bias", kv_dim, 0.1f, 0.0f);
+    } else {
+      vec(p + "attn_q_norm.weight", s.head_dim, 0.05f, 1.0f);
+      vec(p + "attn_k_norm.weight", s.head_dim, 0.05f, 1.0f);
+    }
+    mat(p + "attn_output.weight", q_dim, s.n_embd, 1.0f / std::sqrt(static_cast<float>(q_dim)));
+    vec(p + "ffn_norm.weight", s.n_embd, 0.05f, 1.0f);
+    mat(p + "ffn_gate.weight", s.n_embd, s.n_ff, in_sigma);
+    mat(p + "ffn_up.weight", s.n_embd, s.n_ff, in_sigma);
+    mat(p + "ffn_down.weight", s.n_ff, s.n_embd, 1.0f / std::sqrt(static_cast<float>(s.n_ff)));
+  }
+  const auto path = dir / ("synth-" + a + "-" + std::string(type_name(s.type)) + ".gguf");
+  w.write(path.string());
+  return path;
+}
+
+}  // namespace minfer::test
