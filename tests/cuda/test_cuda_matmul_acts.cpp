@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -178,6 +179,36 @@ INSTANTIATE_TEST_SUITE_P(ActivationFormats, CudaQuantizeActs,
                          ::testing::Values(TensorType::F16, TensorType::BF16, TensorType::Q4_0,
                                            TensorType::Q4_1, TensorType::Q4_K),
                          test::type_param_name);
+
+TEST(CudaQuantizeActsPolicy, one_buffer_serves_every_type_of_a_family) {
+  // Documented in matmul.cuh: Q8_0 and Q8_1 activations share d and qs, so a buffer quantized
+  // for Q8_0 weights feeds Q4_1 / Q5_1 weights; likewise Q4_K's buffer feeds Q6_K.
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  ThreadPool pool(2);
+  const int64_t k = 512, m = 9, n = 3;
+  const std::vector<float> x = test::random_acts(k, n, 21);
+  DeviceBuffer dx(x.size() * 4);
+  dx.upload(x.data(), x.size() * 4);
+  const std::pair<TensorType, TensorType> pairs[] = {{TensorType::Q8_0, TensorType::Q4_1},
+                                                     {TensorType::Q4_0, TensorType::Q5_1},
+                                                     {TensorType::Q4_K, TensorType::Q6_K}};
+  for (const auto& [quantized_for, used_by] : pairs) {
+    SCOPED_TRACE(std::string(type_name(quantized_for)) + " buffer, " + std::string(type_name(used_by)) + " weights");
+    ASSERT_EQ(cuda::quantized_activation_bytes(quantized_for, k, n), cuda::quantized_activation_bytes(used_by, k, n));
+    DeviceBuffer dq(cuda::quantized_activation_bytes(quantized_for, k, n));
+    ASSERT_TRUE(cuda::quantize_activations(quantized_for, dx.as<float>(), k, n, dq.get(), nullptr));
+    const auto w = test::random_weights(used_by, m, k, 8);
+    std::vector<uint8_t> buf;
+    const auto want = test::cpu_matmul(pool, used_by, w, m, x, k, n, &buf);
+    DeviceBuffer dw(w.size()), dy(static_cast<size_t>(m * n) * 4);
+    dw.upload(w.data(), w.size());
+    ASSERT_TRUE(cuda::matmul(used_by, dw.get(), k, m, dx.as<float>(), dq.get(), n, dy.as<float>(), m, nullptr));
+    std::vector<float> y(static_cast<size_t>(m * n));
+    dy.download(y.data(), y.size() * 4);
+    for (size_t i = 0; i < y.size(); ++i)
+      ASSERT_EQ(test::f32_bits(y[i]), test::f32_bits(want[i])) << "output " << i << ": " << y[i] << " vs CPU " << want[i];
+  }
+}
 
 TEST(CudaQuantizeActsPolicy, non_finite_input_gives_nan_outputs_where_the_cpu_throws) {
   if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";

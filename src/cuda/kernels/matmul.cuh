@@ -58,8 +58,10 @@ bool quantize_activations(TensorType type, const float* x, int64_t k, int64_t n,
 bool quantized_activations_to_host(TensorType type, const void* qx, int64_t k, int64_t n,
                                    void* host, cudaStream_t stream);
 
-/// y = W^T x. `qx` is the buffer quantize_activations filled for this x (or x itself when
-/// quantized_activation_bytes is 0). Chooses the kernel family by n: matrix-vector kernels
+/// y = W^T x. `qx` is the buffer quantize_activations filled for this x with the same k and n
+/// (its layout depends on both), or x itself when quantized_activation_bytes is 0. One buffer
+/// serves every weight type of the same family: Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 (Q8_0 and Q8_1 share
+/// d and qs), or Q4_K/Q5_K/Q6_K. Chooses the kernel family by n: matrix-vector kernels
 /// (MMVQ) for n <= 8, a matrix-matrix path above.
 bool matmul(TensorType type, const void* W, int64_t k, int64_t m, const float* x, const void* qx,
             int64_t n, float* y, int64_t ldy, cudaStream_t stream);
