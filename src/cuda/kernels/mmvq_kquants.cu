@@ -16,7 +16,7 @@ namespace minfer::cuda::mm {
 namespace {
 
 template <TensorType kType, int N>
-__global__ void __launch_bounds__(kMmvqWarps * 32)
+__global__ void __launch_bounds__(kMmvqWarps * 32, N == 1 ? 8 : 4)
     mmvq_kquant_kernel(const uint8_t* __restrict__ w, int64_t m, int64_t nb, int64_t row_bytes,
                        Q8KView acts, float* __restrict__ y, int64_t ldy) {
   using T = KQuant<kType>;
