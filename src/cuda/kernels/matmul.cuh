@@ -8,7 +8,21 @@
 // Shapes (ggml order): W [k, m] = m rows of k elements; x [k, n] f32 = n token rows; y [m, n]
 // f32 with y[j + t * ldy]. All pointers are device pointers; everything is issued on `stream`.
 // Each launch is checked with MINFER_LAUNCH_CHECK (launch.cuh); the functions return false when
-// a launch failed (the failure is recorded with its site).
+// a launch failed (the failure is recorded with its site). A call the kernels cannot serve
+// (a type/k that matmul_supported rejects, a misaligned pointer, ldy < m) launches nothing,
+// records the site "matmul_bad_args" / "quantize_activations_bad_args" with
+// cudaErrorInvalidValue and returns false; an error latched before the call is recorded as
+// "latched_before_matmul" / "latched_before_quantize_activations".
+//
+// Alignment: W 2-byte aligned (4 for F32; 16 lets the F32/F16/BF16 kernels use 16-byte loads),
+// x and y 4-byte aligned, qx 16-byte aligned (cudaMalloc gives 256).
+//
+// Numbers (docs/cuda-matmul.md): for n <= 8 the result is bit-identical to the CPU reference
+// (cpu::quantize_activations + cpu::matmul_quantized: quant_ref.h's dot products) for every
+// type. For n > 8 the prefill GEMM multiplies the same dequantized weights and activations in
+// another order (agrees within (32 + k / 32) * 2^-24 * sum |w a| plus the CPU's own rounding).
+// Input the CPU rejects with an error cannot raise one on the device: a non-finite element of
+// x makes its Q8/Q8K block's scale NaN, so the outputs that read it are NaN.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -20,12 +34,15 @@
 
 namespace minfer::cuda {
 
-/// True when a kernel exists for weights of `type` with rows of `k` elements (e.g. k a multiple
-/// of the block size). When false, `why` (if not null) receives a one-line reason.
+/// True when a kernel exists for weights of `type` with rows of `k` elements: F32, F16, BF16
+/// (any k), Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (k a multiple of 32), Q4_K, Q5_K, Q6_K (a multiple of
+/// 256), with 1 <= k <= 2^30. When false, `why` (if not null) receives a one-line reason (a
+/// string literal).
 bool matmul_supported(TensorType type, int64_t k, const char** why);
 
 /// Device bytes of the quantized-activation buffer for x [k, n] paired with weights of `type`
-/// (0 when the kernels read f32 activations directly).
+/// (0 when the kernels read f32 activations directly, and for a type/k matmul_supported
+/// rejects).
 size_t quantized_activation_bytes(TensorType type, int64_t k, int64_t n);
 
 /// Quantizes x [k, n] into `qx` (quantized_activation_bytes(type, k, n) bytes) for weights of
@@ -33,8 +50,18 @@ size_t quantized_activation_bytes(TensorType type, int64_t k, int64_t n);
 bool quantize_activations(TensorType type, const float* x, int64_t k, int64_t n, void* qx,
                           cudaStream_t stream);
 
-/// y = W^T x. `qx` is the buffer quantize_activations filled for this x (or x itself when
-/// quantized_activation_bytes is 0). Chooses the kernel family by n: matrix-vector kernels
+/// Copies the quantized activations back to the host in the CPU's block format: n rows of
+/// row_bytes(vec_dot_type, k) bytes (block_q8_0 / block_q8_1 / block_q8_K, or f16 / bf16
+/// elements), so tests can compare them with cpu::quantize_activations byte for byte. The one
+/// field not kept on the device, block_q8_1::s, is written as 0. Synchronizes `stream`. Returns
+/// false for F32 weights (no quantized activations) or when a CUDA call failed.
+bool quantized_activations_to_host(TensorType type, const void* qx, int64_t k, int64_t n,
+                                   void* host, cudaStream_t stream);
+
+/// y = W^T x. `qx` is the buffer quantize_activations filled for this x with the same k and n
+/// (its layout depends on both), or x itself when quantized_activation_bytes is 0. One buffer
+/// serves every weight type of the same family: Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 (Q8_0 and Q8_1 share
+/// d and qs), or Q4_K/Q5_K/Q6_K. Chooses the kernel family by n: matrix-vector kernels
 /// (MMVQ) for n <= 8, a matrix-matrix path above.
 bool matmul(TensorType type, const void* W, int64_t k, int64_t m, const float* x, const void* qx,
             int64_t n, float* y, int64_t ldy, cudaStream_t stream);

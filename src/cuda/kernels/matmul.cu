@@ -1,0 +1,159 @@
+// The matmul API (matmul.cuh): argument checks, the activation layout, and the choice between
+// the MMVQ kernels (n <= 8, mmvq.cuh) and the prefill GEMM (n > 8, gemm.cuh).
+#include "cuda/kernels/matmul.cuh"
+
+#include <cstring>
+#include <vector>
+
+#include "core/fp16.h"
+#include "cuda/kernels/gemm.cuh"
+#include "cuda/kernels/launch.cuh"
+#include "cuda/kernels/mmvq.cuh"
+#include "cuda/kernels/quantize_acts.cuh"
+#include "quant/blocks.h"
+#include "quant/quant.h"
+
+namespace minfer::cuda {
+namespace {
+
+using mm::ActKind;
+using mm::ActLayout;
+
+constexpr int64_t kMaxK = int64_t{1} << 30;
+constexpr int64_t kMaxGemmN = int64_t{65535} * mm::kGemmBN;
+
+bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; }
+
+bool bad_args(const char* site) {
+  note_launch_failure(site, cudaErrorInvalidValue);
+  return false;
+}
+
+/// Reports an error latched before this call (never blamed on our launches).
+bool latched(const char* site) {
+  const cudaError_t e = take_latched_error();
+  if (e == cudaSuccess) return false;
+  note_launch_failure(site, e);
+  return true;
+}
+
+}  // namespace
+
+bool matmul_supported(TensorType type, int64_t k, const char** why) {
+  auto no = [&](const char* reason) {
+    if (why != nullptr) *why = reason;
+    return false;
+  };
+  ActKind kind;
+  if (!mm::act_kind_for(type, &kind)) return no("the CUDA backend has no matmul kernel for this type");
+  if (k < 1 || k > kMaxK) return no("row length k must be in 1 .. 2^30");
+  if (kind == ActKind::Q8 && k % 32 != 0) return no("row length k must be a multiple of 32 (the block size)");
+  if (kind == ActKind::Q8K && k % 256 != 0)
+    return no("row length k must be a multiple of 256 (the super-block size)");
+  return true;
+}
+
+size_t quantized_activation_bytes(TensorType type, int64_t k, int64_t n) {
+  ActKind kind;
+  if (!matmul_supported(type, k, nullptr) || n <= 0 || !mm::act_kind_for(type, &kind)) return 0;
+  return mm::act_layout(kind, k, n).total;
+}
+
+bool quantize_activations(TensorType type, const float* x, int64_t k, int64_t n, void* qx,
+                          cudaStream_t stream) {
+  ActKind kind;
+  if (!matmul_supported(type, k, nullptr) || n < 0 || !mm::act_kind_for(type, &kind))
+    return bad_args("quantize_activations_bad_args");
+  if (kind == ActKind::F32 || n == 0) return true;
+  if (!aligned(x, 4) || !aligned(qx, 16)) return bad_args("quantize_activations_bad_args");
+  if (latched("latched_before_quantize_activations")) return false;
+  return mm::launch_quantize_acts(mm::act_layout(kind, k, n), x, qx, stream);
+}
+
+bool matmul(TensorType type, const void* W, int64_t k, int64_t m, const float* x, const void* qx,
+            int64_t n, float* y, int64_t ldy, cudaStream_t stream) {
+  ActKind kind;
+  if (!matmul_supported(type, k, nullptr) || m < 0 || n < 0 || !mm::act_kind_for(type, &kind))
+    return bad_args("matmul_bad_args");
+  if (m == 0 || n == 0) return true;
+  const void* acts = kind == ActKind::F32 ? static_cast<const void*>(x) : qx;
+  if (ldy < m || n > kMaxGemmN || !aligned(W, type == TensorType::F32 ? 4 : 2) ||
+      !aligned(y, 4) || !aligned(x, 4) || !aligned(acts, kind == ActKind::F32 ? 4 : 16))
+    return bad_args("matmul_bad_args");
+  if (latched("latched_before_matmul")) return false;
+
+  const ActLayout L = mm::act_layout(kind, k, n);
+  const int64_t rb = static_cast<int64_t>(row_bytes(type, k));
+  if (n > 8) return mm::launch_gemm(type, W, m, rb, L, acts, y, ldy, stream);
+
+  const mm::MmvqArgs a{W, k, m, rb, static_cast<int>(n), y, ldy};
+  switch (kind) {
+    case ActKind::Q8: return mm::launch_mmvq_legacy(type, a, mm::q8_view(L, qx), stream);
+    case ActKind::Q8K: return mm::launch_mmvq_kquant(type, a, mm::q8k_view(L, qx), stream);
+    case ActKind::F32: return mm::launch_mmvq_float(type, a, x, k, stream);
+    case ActKind::F16:
+    case ActKind::BF16: return mm::launch_mmvq_float(type, a, qx, L.stride, stream);
+  }
+  return bad_args("matmul_bad_args");
+}
+
+bool quantized_activations_to_host(TensorType type, const void* qx, int64_t k, int64_t n,
+                                   void* host, cudaStream_t stream) {
+  ActKind kind;
+  if (!matmul_supported(type, k, nullptr) || n <= 0 || !mm::act_kind_for(type, &kind) ||
+      kind == ActKind::F32)
+    return false;
+  const ActLayout L = mm::act_layout(kind, k, n);
+  std::vector<uint8_t> buf(L.total);
+  if (cudaMemcpyAsync(buf.data(), qx, L.total, cudaMemcpyDeviceToHost, stream) != cudaSuccess ||
+      cudaStreamSynchronize(stream) != cudaSuccess)
+    return false;
+  auto* out = static_cast<uint8_t*>(host);
+  const size_t kn = static_cast<size_t>(k) * static_cast<size_t>(n);
+  switch (kind) {
+    case ActKind::F16:
+    case ActKind::BF16:
+      for (int64_t t = 0; t < n; ++t)
+        std::memcpy(out + static_cast<size_t>(t * k) * 2, buf.data() + static_cast<size_t>(t * L.stride) * 2,
+                    static_cast<size_t>(k) * 2);
+      return true;
+    case ActKind::Q8: {
+      const auto* qs = reinterpret_cast<const int8_t*>(buf.data() + L.qs_off);
+      const auto* ds = reinterpret_cast<const float*>(buf.data() + L.ds_off);
+      const bool q8_1 = type == TensorType::Q4_1 || type == TensorType::Q5_1;
+      for (size_t b = 0; b < kn / 32; ++b) {
+        const uint16_t d = fp32_to_fp16(ds[2 * b]);  // exact: the value came from a half
+        if (q8_1) {
+          block_q8_1 blk{};
+          blk.d = d;
+          blk.s = 0;
+          std::memcpy(blk.qs, qs + 32 * b, 32);
+          std::memcpy(out + b * sizeof blk, &blk, sizeof blk);
+        } else {
+          block_q8_0 blk{};
+          blk.d = d;
+          std::memcpy(blk.qs, qs + 32 * b, 32);
+          std::memcpy(out + b * sizeof blk, &blk, sizeof blk);
+        }
+      }
+      return true;
+    }
+    case ActKind::Q8K: {
+      const auto* qs = reinterpret_cast<const int8_t*>(buf.data() + L.qs_off);
+      const auto* d = reinterpret_cast<const float*>(buf.data() + L.ds_off);
+      const auto* bs = reinterpret_cast<const int16_t*>(buf.data() + L.bsums_off);
+      for (size_t b = 0; b < kn / 256; ++b) {
+        block_q8_K blk{};
+        blk.d = d[b];
+        std::memcpy(blk.qs, qs + 256 * b, 256);
+        std::memcpy(blk.bsums, bs + 16 * b, sizeof blk.bsums);
+        std::memcpy(out + b * sizeof blk, &blk, sizeof blk);
+      }
+      return true;
+    }
+    case ActKind::F32: break;
+  }
+  return false;
+}
+
+}  // namespace minfer::cuda

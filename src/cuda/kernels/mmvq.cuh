@@ -1,0 +1,49 @@
+// Matrix-vector / small-batch kernels (n = 1..8 token columns) behind matmul() (matmul.cuh).
+//
+// Every kernel reproduces the CPU reference dot product bit for bit: integer block sums with
+// dp4a, one f32 term per block (per element for F32/F16/BF16) with the CPU's operation order,
+// term t added to virtual lane t % 32, lanes folded by halving (quant_ref.h). A warp owns the 32
+// virtual lanes of each row it computes.
+//   mmvq_legacy.cu  Q4_0 Q4_1 Q5_0 Q5_1 Q8_0: one row per warp, lane l handles blocks l mod 32.
+//   mmvq_kquants.cu Q4_K Q5_K Q6_K: one row per warp, 8 lanes per super-block, 4 super-blocks
+//                   at a time; the term of super-block t is shuffled to lane t % 32.
+//   mmvq_float.cu   F32 F16 BF16: 4 (2-byte types) or 8 (F32) lanes per row, each owning 8 or 4
+//                   virtual lanes, so 16-byte loads need no data exchange.
+// Quantized weights are streamed with 16-byte loads of aligned words into a per-warp shared
+// memory stage (their blocks of 18..210 bytes are only 2-byte aligned), then unpacked there.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/types.h"
+#include "cuda/kernels/quantize_acts.cuh"
+
+namespace minfer::cuda::mm {
+
+/// y[j + t * ldy] = dot(W row j, activation column t), j < m, t < n, n in 1..8.
+/// W: m rows of `row_bytes` bytes (2-byte aligned; 4-byte for F32).
+struct MmvqArgs {
+  const void* w;
+  int64_t k;
+  int64_t m;
+  int64_t row_bytes;
+  int n;
+  float* y;
+  int64_t ldy;
+};
+
+bool launch_mmvq_legacy(TensorType type, const MmvqArgs& a, const Q8View& acts,
+                        cudaStream_t stream);
+bool launch_mmvq_kquant(TensorType type, const MmvqArgs& a, const Q8KView& acts,
+                        cudaStream_t stream);
+/// F32: `acts` is x (f32, token column t at x + t * k); F16/BF16: the converted plane
+/// (uint16, column t at acts + t * act_stride).
+bool launch_mmvq_float(TensorType type, const MmvqArgs& a, const void* acts, int64_t act_stride,
+                       cudaStream_t stream);
+
+/// Warps (rows) per thread block of the quantized MMVQ kernels.
+inline constexpr int kMmvqWarps = 4;
+
+}  // namespace minfer::cuda::mm

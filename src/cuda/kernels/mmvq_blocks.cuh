@@ -1,0 +1,322 @@
+// Per-type pieces of the quantized MMVQ kernels: how a weight block staged in shared memory is
+// unpacked into dp4a operands, and how its f32 term is formed from the exact integer sums.
+// Block layouts: src/quant/blocks.h (ggml-common.h). Term formulas and their operation order:
+// the accumulation contract in src/quant/quant_ref.h, step 1, each f32 operation one _rn
+// intrinsic (never contracted into an FMA).
+//
+// Everything here is __host__ __device__ (MM_HD): mmvq_emulate.cu runs it on the host.
+//
+// Legacy types (32-element blocks) are handled one block per lane: decode() unpacks the whole
+// block, term() forms the block's term for one token column.
+// K-quants (256-element super-blocks) are handled by 8 lanes per super-block: lane `part`
+// (0..7) unpacks 32 of its elements, partial() gives that part's share of the integer sums
+// (exact, so the 8 shares add up to the contract's isum / msum in any order), and term() forms
+// the super-block's term from the totals.
+#pragma once
+
+#include <cstdint>
+
+#include "core/types.h"
+#include "cuda/kernels/mmvq_common.cuh"
+#include "cuda/kernels/quantize_acts.cuh"
+
+namespace minfer::cuda::mm {
+
+/// A read-only load through the non-coherent cache on the device; a plain load on the host.
+template <typename T>
+MM_HD T ldg(const T* p) {
+#ifdef __CUDA_ARCH__
+  return ldg(p);
+#else
+  return *p;
+#endif
+}
+
+// ---- legacy types x Q8 activations ------------------------------------------------------------
+
+/// A decoded legacy block: q[i] holds elements 4i .. 4i+3 as bytes (nibble values 0..15 for
+/// Q4_x, 0..31 for Q5_x, signed int8 for Q8_0), d and m its half scale / min as floats.
+struct LegacyW {
+  uint32_t q[8];
+  float d;
+  float m;
+};
+
+/// Unpacks 16 bytes of nibbles (element j low nibble of qs[j], element j+16 high nibble,
+/// ggml-common.h block_q4_0) into element order; qh (when given) adds bit 4 of element j from
+/// bit j (block_q5_0).
+MM_HD void unpack_nibbles(const uint4& qs, uint32_t qh, bool has_qh,
+                                               LegacyW* w) {
+  const uint32_t in[4] = {qs.x, qs.y, qs.z, qs.w};
+MM_UNROLL
+  for (int i = 0; i < 4; ++i) {
+    w->q[i] = in[i] & 0x0F0F0F0Fu;
+    w->q[4 + i] = (in[i] >> 4) & 0x0F0F0F0Fu;
+    if (has_qh) {
+      w->q[i] |= spread4_to_bit4(qh >> (4 * i));
+      w->q[4 + i] |= spread4_to_bit4(qh >> (16 + 4 * i));
+    }
+  }
+}
+
+template <TensorType kType>
+struct Legacy;
+
+// kOffset: the zero point subtracted from q (Q4_0: 8, Q5_0: 16), applied exactly as
+// isum = sum(q * a) - kOffset * sum(a). kHasMin: term adds (m * da) * float(sum(a)).
+// CB: blocks staged per chunk (a multiple of 32: lane l always handles blocks t = l mod 32);
+// U: 16-byte words per lane per chunk, enough for CB blocks at any 2-byte alignment.
+template <>
+struct Legacy<TensorType::Q4_0> {
+  static constexpr int kBytes = 18, kOffset = 8, CB = 96, U = 4;
+  static constexpr bool kHasMin = false;
+  MM_HD static LegacyW decode(const uint8_t* sb, int off) {
+    LegacyW w;
+    w.d = half_to_float(sm_u16(sb, off));
+    w.m = 0.0f;
+    unpack_nibbles(sm_u32x4(sb, off + 2), 0u, false, &w);
+    return w;
+  }
+};
+template <>
+struct Legacy<TensorType::Q4_1> {
+  static constexpr int kBytes = 20, kOffset = 0, CB = 96, U = 4;
+  static constexpr bool kHasMin = true;
+  MM_HD static LegacyW decode(const uint8_t* sb, int off) {
+    LegacyW w;
+    w.d = half_to_float(sm_u16(sb, off));
+    w.m = half_to_float(sm_u16(sb, off + 2));
+    unpack_nibbles(sm_u32x4(sb, off + 4), 0u, false, &w);
+    return w;
+  }
+};
+template <>
+struct Legacy<TensorType::Q5_0> {
+  static constexpr int kBytes = 22, kOffset = 16, CB = 96, U = 5;
+  static constexpr bool kHasMin = false;
+  MM_HD static LegacyW decode(const uint8_t* sb, int off) {
+    LegacyW w;
+    w.d = half_to_float(sm_u16(sb, off));
+    w.m = 0.0f;
+    unpack_nibbles(sm_u32x4(sb, off + 6), sm_u32(sb, off + 2), true, &w);
+    return w;
+  }
+};
+template <>
+struct Legacy<TensorType::Q5_1> {
+  static constexpr int kBytes = 24, kOffset = 0, CB = 96, U = 5;
+  static constexpr bool kHasMin = true;
+  MM_HD static LegacyW decode(const uint8_t* sb, int off) {
+    LegacyW w;
+    w.d = half_to_float(sm_u16(sb, off));
+    w.m = half_to_float(sm_u16(sb, off + 2));
+    unpack_nibbles(sm_u32x4(sb, off + 8), sm_u32(sb, off + 4), true, &w);
+    return w;
+  }
+};
+template <>
+struct Legacy<TensorType::Q8_0> {
+  static constexpr int kBytes = 34, kOffset = 0, CB = 64, U = 5;
+  static constexpr bool kHasMin = false;
+  MM_HD static LegacyW decode(const uint8_t* sb, int off) {
+    LegacyW w;
+    w.d = half_to_float(sm_u16(sb, off));
+    w.m = 0.0f;
+    const uint4 a = sm_u32x4(sb, off + 2), b = sm_u32x4(sb, off + 18);
+    w.q[0] = a.x; w.q[1] = a.y; w.q[2] = a.z; w.q[3] = a.w;
+    w.q[4] = b.x; w.q[5] = b.y; w.q[6] = b.z; w.q[7] = b.w;
+    return w;
+  }
+};
+
+/// The term of legacy block t for token column `col` (quant_ref.h step 1):
+/// Q4_0/Q5_0/Q8_0: (dw * da) * float(isum); Q4_1/Q5_1: (dw * da) * float(isum) +
+/// (mw * da) * float(asum).
+template <TensorType kType>
+MM_HD float legacy_term(const LegacyW& w, const Q8View& a, int col,
+                                             int64_t t) {
+  using T = Legacy<kType>;
+  const int8_t* aq = a.qs + col * a.k + t * 32;
+  const int4 a0 = ldg(reinterpret_cast<const int4*>(aq));
+  const int4 a1 = ldg(reinterpret_cast<const int4*>(aq + 16));
+  const float2 ds = ldg(a.ds + col * a.nb + t);
+  const float da = ds.x;
+  const int asum = static_cast<int>(f2u(ds.y));
+  int s = 0;
+  s = dp4a(w.q[0], a0.x, s);
+  s = dp4a(w.q[1], a0.y, s);
+  s = dp4a(w.q[2], a0.z, s);
+  s = dp4a(w.q[3], a0.w, s);
+  s = dp4a(w.q[4], a1.x, s);
+  s = dp4a(w.q[5], a1.y, s);
+  s = dp4a(w.q[6], a1.z, s);
+  s = dp4a(w.q[7], a1.w, s);
+  if constexpr (T::kOffset != 0) s -= T::kOffset * asum;
+  const float main = fmul(fmul(w.d, da), i2f(s));
+  if constexpr (T::kHasMin)
+    return fadd(main, fmul(fmul(w.m, da), i2f(asum)));
+  return main;
+}
+
+// ---- K-quants x Q8K activations ---------------------------------------------------------------
+
+/// Part `part` (0..7) of a super-block, decoded. Q4_K/Q5_K: part covers qs bytes
+/// [16 part, 16 part + 16): sub-blocks j0 = 2p and j0 + 1 (p = part / 2), elements
+/// 16h .. 16h+15 of each (h = part % 2); lo[i] / hi[i] hold 4 of those elements of j0 / j0 + 1.
+/// Q6_K: part covers half hh = part / 4 and elements l in [8 q4, 8 q4 + 8) (q4 = part % 4) of
+/// each of the 4 rows r (element 128 hh + 32 r + l); v[2r + w] holds 4 of row r's elements.
+struct KPartW {
+  uint32_t v[8];
+  int sc[4];
+  int mn[2];
+  float d;
+  float dmin;
+};
+
+/// The 6-bit scale and min of sub-block j from the packed scales s[0..11] as three words
+/// (ggml-quants.c get_scale_min_k4; blocks.h k4_scale_min).
+MM_HD void k4_scale_min_words(int j, uint32_t s0, uint32_t s1, uint32_t s2,
+                                                   int* sc, int* m) {
+  if (j < 4) {
+    *sc = (s0 >> (8 * j)) & 63;
+    *m = (s1 >> (8 * j)) & 63;
+  } else {
+    const int jj = 8 * (j - 4);
+    *sc = ((s2 >> jj) & 0xF) | (((s0 >> (jj + 6)) & 3) << 4);
+    *m = ((s2 >> (jj + 4)) & 0xF) | (((s1 >> (jj + 6)) & 3) << 4);
+  }
+}
+
+template <TensorType kType>
+struct KQuant;
+
+// CB: super-blocks staged per chunk (a multiple of 4, the super-blocks a warp handles at once);
+// U as for Legacy.
+template <>
+struct KQuant<TensorType::Q4_K> {
+  static constexpr int kBytes = 144, CB = 16, U = 5;
+  static constexpr bool kHasMin = true;
+  MM_HD static KPartW decode(const uint8_t* sb, int off, int part) {
+    KPartW w;
+    const uint4 hd = sm_u32x4(sb, off);  // d, dmin, scales[0..11]
+    const uint4 qs = sm_u32x4(sb, off + 16 + 16 * part);
+    const int p = part >> 1;
+    w.d = half_to_float(static_cast<uint16_t>(hd.x & 0xFFFFu));
+    w.dmin = half_to_float(static_cast<uint16_t>(hd.x >> 16));
+    k4_scale_min_words(2 * p, hd.y, hd.z, hd.w, &w.sc[0], &w.mn[0]);
+    k4_scale_min_words(2 * p + 1, hd.y, hd.z, hd.w, &w.sc[1], &w.mn[1]);
+    const uint32_t in[4] = {qs.x, qs.y, qs.z, qs.w};
+MM_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      w.v[i] = in[i] & 0x0F0F0F0Fu;
+      w.v[4 + i] = (in[i] >> 4) & 0x0F0F0F0Fu;
+    }
+    return w;
+  }
+};
+template <>
+struct KQuant<TensorType::Q5_K> {
+  static constexpr int kBytes = 176, CB = 12, U = 5;
+  static constexpr bool kHasMin = true;
+  MM_HD static KPartW decode(const uint8_t* sb, int off, int part) {
+    KPartW w;
+    const uint4 hd = sm_u32x4(sb, off);
+    const int p = part >> 1, h = part & 1;
+    const uint4 qh = sm_u32x4(sb, off + 16 + 16 * h);
+    const uint4 qs = sm_u32x4(sb, off + 48 + 16 * part);
+    w.d = half_to_float(static_cast<uint16_t>(hd.x & 0xFFFFu));
+    w.dmin = half_to_float(static_cast<uint16_t>(hd.x >> 16));
+    k4_scale_min_words(2 * p, hd.y, hd.z, hd.w, &w.sc[0], &w.mn[0]);
+    k4_scale_min_words(2 * p + 1, hd.y, hd.z, hd.w, &w.sc[1], &w.mn[1]);
+    const uint32_t in[4] = {qs.x, qs.y, qs.z, qs.w};
+    const uint32_t hb[4] = {qh.x, qh.y, qh.z, qh.w};
+MM_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      w.v[i] = (in[i] & 0x0F0F0F0Fu) | (((hb[i] >> (2 * p)) & 0x01010101u) << 4);
+      w.v[4 + i] = ((in[i] >> 4) & 0x0F0F0F0Fu) | (((hb[i] >> (2 * p + 1)) & 0x01010101u) << 4);
+    }
+    return w;
+  }
+};
+template <>
+struct KQuant<TensorType::Q6_K> {
+  static constexpr int kBytes = 210, CB = 12, U = 5;
+  static constexpr bool kHasMin = false;
+  MM_HD static KPartW decode(const uint8_t* sb, int off, int part) {
+    KPartW w;
+    const int hh = part >> 2, q4 = part & 3;
+    const uint2 l0 = sm_u32x2(sb, off + 64 * hh + 8 * q4);        // rows 0 (lo), 2 (hi)
+    const uint2 l1 = sm_u32x2(sb, off + 64 * hh + 32 + 8 * q4);   // rows 1 (lo), 3 (hi)
+    const uint2 qh = sm_u32x2(sb, off + 128 + 32 * hh + 8 * q4);  // 2 bits per row
+    const uint2 sc = sm_u32x2(sb, off + 192 + 8 * hh);            // scales[8 hh .. 8 hh + 7]
+    w.d = half_to_float(sm_u16(sb, off + 208));
+    w.dmin = 0.0f;
+    const uint32_t lo[2] = {l0.x, l0.y}, lo1[2] = {l1.x, l1.y}, hb[2] = {qh.x, qh.y};
+MM_UNROLL
+    for (int wd = 0; wd < 2; ++wd) {
+      w.v[0 + wd] = (lo[wd] & 0x0F0F0F0Fu) | ((hb[wd] & 0x03030303u) << 4);
+      w.v[2 + wd] = (lo1[wd] & 0x0F0F0F0Fu) | (((hb[wd] >> 2) & 0x03030303u) << 4);
+      w.v[4 + wd] = ((lo[wd] >> 4) & 0x0F0F0F0Fu) | (((hb[wd] >> 4) & 0x03030303u) << 4);
+      w.v[6 + wd] = ((lo1[wd] >> 4) & 0x0F0F0F0Fu) | (((hb[wd] >> 6) & 0x03030303u) << 4);
+    }
+MM_UNROLL
+    for (int r = 0; r < 4; ++r) {
+      const int g = 2 * r + (q4 >> 1);  // scale group 8 hh + g: 16 elements per group
+      const uint32_t word = g < 4 ? sc.x : sc.y;
+      w.sc[r] = static_cast<int8_t>((word >> (8 * (g & 3))) & 0xFFu);
+    }
+    w.mn[0] = w.mn[1] = 0;
+    return w;
+  }
+};
+
+/// This part's share of isum (x) and msum (y) for super-block t, token column col.
+/// Q4_K/Q5_K: isum = sum_j sc_j * sum_l q * a, msum = sum_j m_j * (bsums[2j] + bsums[2j+1]);
+/// Q6_K: isum = sum_g sc_g * sum_l (q - 32) * a (-32 applied as a dp4a with bytes of -32).
+template <TensorType kType>
+MM_HD int2 kquant_partial(const KPartW& w, const Q8KView& a, int col,
+                                               int64_t t, int part) {
+  const int8_t* aq = a.qs + col * a.k + t * 256;
+  if constexpr (kType == TensorType::Q6_K) {
+    const int hh = part >> 2, q4 = part & 3;
+    int isum = 0;
+MM_UNROLL
+    for (int r = 0; r < 4; ++r) {
+      const int2 av = ldg(reinterpret_cast<const int2*>(aq + 128 * hh + 32 * r + 8 * q4));
+      int s = dp4a(w.v[2 * r], av.x, 0);
+      s = dp4a(w.v[2 * r + 1], av.y, s);
+      s = dp4a(0xE0E0E0E0u, av.x, s);  // + sum(-32 * a)
+      s = dp4a(0xE0E0E0E0u, av.y, s);
+      isum += w.sc[r] * s;
+    }
+    return make_int2(isum, 0);
+  } else {
+    const int p = part >> 1, h = part & 1;
+    const int4 a0 = ldg(reinterpret_cast<const int4*>(aq + 64 * p + 16 * h));
+    const int4 a1 = ldg(reinterpret_cast<const int4*>(aq + 64 * p + 32 + 16 * h));
+    int s0 = dp4a(w.v[0], a0.x, 0);
+    s0 = dp4a(w.v[1], a0.y, s0);
+    s0 = dp4a(w.v[2], a0.z, s0);
+    s0 = dp4a(w.v[3], a0.w, s0);
+    int s1 = dp4a(w.v[4], a1.x, 0);
+    s1 = dp4a(w.v[5], a1.y, s1);
+    s1 = dp4a(w.v[6], a1.z, s1);
+    s1 = dp4a(w.v[7], a1.w, s1);
+    const int16_t* bs = a.bsums + (col * a.nb + t) * 16;
+    const int b0 = ldg(bs + 4 * p + h);      // bsums[2 j0 + h]
+    const int b1 = ldg(bs + 4 * p + 2 + h);  // bsums[2 (j0 + 1) + h]
+    return make_int2(w.sc[0] * s0 + w.sc[1] * s1, w.mn[0] * b0 + w.mn[1] * b1);
+  }
+}
+
+/// The super-block's term from the exact totals: Q4_K/Q5_K (d * da) * float(isum) -
+/// (dmin * da) * float(msum); Q6_K (d * da) * float(isum).
+template <TensorType kType>
+MM_HD float kquant_term(const KPartW& w, float da, int isum, int msum) {
+  const float main = fmul(fmul(w.d, da), i2f(isum));
+  if constexpr (KQuant<kType>::kHasMin)
+    return fsub(main, fmul(fmul(w.dmin, da), i2f(msum)));
+  return main;
+}
+
+}  // namespace minfer::cuda::mm

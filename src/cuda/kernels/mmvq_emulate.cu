@@ -1,0 +1,186 @@
+// Host emulation of the quantized MMVQ kernels (design: mmvq_emulate.cuh). The loops below
+// mirror mmvq_legacy_kernel and mmvq_kquant_kernel lane by lane; the per-block arithmetic is
+// the kernels' own (mmvq_blocks.cuh).
+#include "cuda/kernels/mmvq_emulate.cuh"
+
+#include <algorithm>
+#include <cstring>
+
+#include "cuda/kernels/mmvq_blocks.cuh"
+#include "cuda/kernels/mmvq_common.cuh"
+#include "cuda/kernels/quantize_acts.cuh"
+#include "quant/blocks.h"
+#include "quant/quant.h"
+
+namespace minfer::cuda::mm {
+namespace {
+
+/// The stage as the kernel fills it: words of [g.base, g.base + 16 words) with bytes outside
+/// the tensor [lo, hi) read as 0.
+void fill_stage(std::vector<uint8_t>& stage, const StageGeom& g, uint64_t lo, uint64_t hi) {
+  std::fill(stage.begin(), stage.end(), 0);
+  for (int64_t b = 0; b < 16 * static_cast<int64_t>(g.words); ++b) {
+    const uint64_t a = g.base + static_cast<uint64_t>(b);
+    if (a >= lo && a < hi) stage[static_cast<size_t>(b)] = *reinterpret_cast<const uint8_t*>(a);
+  }
+}
+
+/// Lane sums folded by halving (the kernel's fold_lanes).
+float fold(float* v) {
+  for (int w = 16; w >= 1; w >>= 1)
+    for (int i = 0; i < w; ++i) v[i] = fadd(v[i], v[i + w]);
+  return v[0];
+}
+
+template <TensorType kType>
+bool emulate_legacy(const uint8_t* w, int64_t k, int64_t m, const Q8View& a, int n, float* y,
+                    int64_t ldy) {
+  using T = Legacy<kType>;
+  const int64_t nb = k / 32, rb = nb * T::kBytes;
+  const uint64_t lo = reinterpret_cast<uint64_t>(w), hi = lo + static_cast<uint64_t>(m * rb);
+  std::vector<uint8_t> stage(static_cast<size_t>(32 * T::U + 1) * 16);
+  for (int64_t row = 0; row < m; ++row) {
+    float acc[32][8] = {};
+    const uint64_t row_start = lo + static_cast<uint64_t>(row * rb);
+    for (int64_t b0 = 0; b0 < nb; b0 += T::CB) {
+      const int n_blk = static_cast<int>(nb - b0 < T::CB ? nb - b0 : T::CB);
+      const StageGeom g = stage_geom(row_start + static_cast<uint64_t>(b0 * T::kBytes), n_blk * T::kBytes);
+      if (g.words > 32 * T::U) return false;
+      fill_stage(stage, g, lo, hi);
+      for (int it = 0; it < T::CB / 32; ++it)
+        for (int lane = 0; lane < 32; ++lane) {
+          const int i = it * 32 + lane;
+          if (i >= n_blk) continue;
+          const LegacyW wb = T::decode(stage.data(), g.offset + i * T::kBytes);
+          for (int c = 0; c < n; ++c) acc[lane][c] = fadd(acc[lane][c], legacy_term<kType>(wb, a, c, b0 + i));
+        }
+    }
+    for (int c = 0; c < n; ++c) {
+      float v[32];
+      for (int l = 0; l < 32; ++l) v[l] = acc[l][c];
+      y[row + c * ldy] = fold(v);
+    }
+  }
+  return true;
+}
+
+template <TensorType kType>
+bool emulate_kquant(const uint8_t* w, int64_t k, int64_t m, const Q8KView& a, int n, float* y,
+                    int64_t ldy) {
+  using T = KQuant<kType>;
+  const int64_t nb = k / 256, rb = nb * T::kBytes;
+  const uint64_t lo = reinterpret_cast<uint64_t>(w), hi = lo + static_cast<uint64_t>(m * rb);
+  std::vector<uint8_t> stage(static_cast<size_t>(32 * T::U + 1) * 16);
+  for (int64_t row = 0; row < m; ++row) {
+    float acc[32][8] = {};
+    const uint64_t row_start = lo + static_cast<uint64_t>(row * rb);
+    for (int64_t b0 = 0; b0 < nb; b0 += T::CB) {
+      const int64_t cnt = nb - b0 < T::CB ? nb - b0 : T::CB;
+      const StageGeom g = stage_geom(row_start + static_cast<uint64_t>(b0 * T::kBytes), cnt * T::kBytes);
+      if (g.words > 32 * T::U) return false;
+      fill_stage(stage, g, lo, hi);
+      for (int it = 0; it < T::CB / 4; ++it) {
+        const int64_t t_first = b0 + 4 * it;
+        if (t_first >= nb) break;
+        for (int grp = 0; grp < 4; ++grp) {
+          if (t_first + grp >= nb) continue;  // the kernel computes such a group but never takes it
+          const int64_t t = t_first + grp;
+          KPartW wp[8];
+          for (int part = 0; part < 8; ++part)
+            wp[part] = T::decode(stage.data(), g.offset + (4 * it + grp) * T::kBytes, part);
+          for (int c = 0; c < n; ++c) {
+            int isum = 0, msum = 0;
+            for (int part = 0; part < 8; ++part) {
+              const int2 s = kquant_partial<kType>(wp[part], a, c, t, part);
+              isum += s.x;
+              msum += s.y;
+            }
+            const float term = kquant_term<kType>(wp[0], ldg(a.d + c * a.nb + t), isum, msum);
+            const int lane = static_cast<int>(t % 32);
+            acc[lane][c] = fadd(acc[lane][c], term);
+          }
+        }
+      }
+    }
+    for (int c = 0; c < n; ++c) {
+      float v[32];
+      for (int l = 0; l < 32; ++l) v[l] = acc[l][c];
+      y[row + c * ldy] = fold(v);
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+bool host_activations_from_blocks(TensorType type, const void* blocks, int64_t k, int64_t n,
+                                  std::vector<uint8_t>* out) {
+  ActKind kind;
+  if (!act_kind_for(type, &kind) || (kind != ActKind::Q8 && kind != ActKind::Q8K) || k <= 0 ||
+      n <= 0 || k % (kind == ActKind::Q8 ? 32 : 256) != 0)
+    return false;
+  const ActLayout L = act_layout(kind, k, n);
+  out->assign(L.total, 0);
+  uint8_t* base = out->data();
+  const auto* src = static_cast<const uint8_t*>(blocks);
+  const int64_t total_blocks = L.nb * n;
+  for (int64_t b = 0; b < total_blocks; ++b) {
+    if (kind == ActKind::Q8) {
+      // Q8_0 and Q8_1 blocks both start with d; qs follows at 2 (Q8_0) or 4 (Q8_1).
+      const bool q8_1 = type == TensorType::Q4_1 || type == TensorType::Q5_1;
+      const size_t bytes = q8_1 ? sizeof(block_q8_1) : sizeof(block_q8_0);
+      const uint8_t* blk = src + static_cast<size_t>(b) * bytes;
+      uint16_t d;
+      std::memcpy(&d, blk, 2);
+      const auto* qs = reinterpret_cast<const int8_t*>(blk + (q8_1 ? 4 : 2));
+      int sum = 0;
+      for (int e = 0; e < 32; ++e) sum += qs[e];
+      std::memcpy(base + L.qs_off + static_cast<size_t>(b) * 32, qs, 32);
+      const float df = fp16_to_fp32(d);
+      float2 ds;
+      ds.x = df;
+      std::memcpy(&ds.y, &sum, 4);
+      std::memcpy(base + L.ds_off + static_cast<size_t>(b) * 8, &ds, 8);
+    } else {
+      block_q8_K blk;
+      std::memcpy(&blk, src + static_cast<size_t>(b) * sizeof(block_q8_K), sizeof blk);
+      std::memcpy(base + L.qs_off + static_cast<size_t>(b) * 256, blk.qs, 256);
+      std::memcpy(base + L.ds_off + static_cast<size_t>(b) * 4, &blk.d, 4);
+      std::memcpy(base + L.bsums_off + static_cast<size_t>(b) * 32, blk.bsums, 32);
+    }
+  }
+  return true;
+}
+
+bool emulate_mmvq(TensorType type, const void* w, int64_t k, int64_t m, const void* acts,
+                  int64_t n, float* y, int64_t ldy) {
+  ActKind kind;
+  if (n < 1 || n > 8 || !act_kind_for(type, &kind)) return false;
+  const auto* wb = static_cast<const uint8_t*>(w);
+  const int nn = static_cast<int>(n);
+  if (kind == ActKind::Q8) {
+    if (k % 32 != 0) return false;
+    const Q8View a = q8_view(act_layout(kind, k, n), acts);
+    switch (type) {
+      case TensorType::Q4_0: return emulate_legacy<TensorType::Q4_0>(wb, k, m, a, nn, y, ldy);
+      case TensorType::Q4_1: return emulate_legacy<TensorType::Q4_1>(wb, k, m, a, nn, y, ldy);
+      case TensorType::Q5_0: return emulate_legacy<TensorType::Q5_0>(wb, k, m, a, nn, y, ldy);
+      case TensorType::Q5_1: return emulate_legacy<TensorType::Q5_1>(wb, k, m, a, nn, y, ldy);
+      case TensorType::Q8_0: return emulate_legacy<TensorType::Q8_0>(wb, k, m, a, nn, y, ldy);
+      default: return false;
+    }
+  }
+  if (kind == ActKind::Q8K) {
+    if (k % 256 != 0) return false;
+    const Q8KView a = q8k_view(act_layout(kind, k, n), acts);
+    switch (type) {
+      case TensorType::Q4_K: return emulate_kquant<TensorType::Q4_K>(wb, k, m, a, nn, y, ldy);
+      case TensorType::Q5_K: return emulate_kquant<TensorType::Q5_K>(wb, k, m, a, nn, y, ldy);
+      case TensorType::Q6_K: return emulate_kquant<TensorType::Q6_K>(wb, k, m, a, nn, y, ldy);
+      default: return false;
+    }
+  }
+  return false;
+}
+
+}  // namespace minfer::cuda::mm

@@ -1,0 +1,141 @@
+// MMVQ for the K-quants (Q4_K, Q5_K, Q6_K) x Q8K activations, n = 1..8 token columns,
+// bit-identical to the CPU reference (design: mmvq.cuh).
+//
+// One warp per weight row, staged through shared memory in chunks of CB super-blocks exactly as
+// in mmvq_legacy.cu. A super-block (256 elements) is shared by 8 lanes: lanes 8g .. 8g+7 work
+// on super-block 4 it + g of the chunk, each on 32 elements (mmvq_blocks.cuh KQuant::decode).
+// Their integer shares are added with three xor-shuffles (exact), every lane of the group then
+// forms the same f32 term, and the term of super-block t is shuffled to lane t % 32, which adds
+// it to its running sum: the lanes are the contract's virtual lanes, in increasing t.
+#include "cuda/kernels/launch.cuh"
+#include "cuda/kernels/mmvq.cuh"
+#include "cuda/kernels/mmvq_blocks.cuh"
+#include "cuda/kernels/mmvq_common.cuh"
+
+namespace minfer::cuda::mm {
+namespace {
+
+template <TensorType kType, int N>
+__global__ void __launch_bounds__(kMmvqWarps * 32, N == 1 ? 8 : 4)
+    mmvq_kquant_kernel(const uint8_t* __restrict__ w, int64_t m, int64_t nb, int64_t row_bytes,
+                       Q8KView acts, float* __restrict__ y, int64_t ldy) {
+  using T = KQuant<kType>;
+  static_assert(T::CB % 4 == 0, "a chunk holds whole groups of 4 super-blocks");
+  static_assert(((14 + T::CB * T::kBytes + 15) >> 4) + 2 <= 32 * T::U + 1,
+                "a chunk at any 2-byte alignment (plus the over-read) fits the stage");
+  __shared__ uint4 stage_all[kMmvqWarps][32 * T::U + 1];
+
+  const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kMmvqWarps + warp;
+  if (row >= m) return;  // the whole warp leaves; no block-wide barrier follows
+  uint4* stage = stage_all[warp];
+  const uint8_t* sb = reinterpret_cast<const uint8_t*>(stage);
+  const int g = lane >> 3, part = lane & 7;
+
+  const uint64_t lo = reinterpret_cast<uint64_t>(w);
+  const uint64_t hi = lo + static_cast<uint64_t>(m) * static_cast<uint64_t>(row_bytes);
+  const uint64_t row_start = lo + static_cast<uint64_t>(row) * static_cast<uint64_t>(row_bytes);
+
+  float acc[N];
+#pragma unroll
+  for (int c = 0; c < N; ++c) acc[c] = 0.0f;
+
+  const int64_t n_chunks = (nb + T::CB - 1) / T::CB;
+  StageRegs<T::U> regs;
+  StageGeom next = stage_geom(row_start, (nb < T::CB ? nb : T::CB) * T::kBytes);
+  regs.load(next, lane, lo, hi);
+  for (int64_t chunk = 0; chunk < n_chunks; ++chunk) {
+    const StageGeom cur = next;
+    regs.store(stage, cur, lane);
+    __syncwarp();
+    const int64_t b0 = chunk * T::CB;
+    if (chunk + 1 < n_chunks) {  // issue the next chunk's loads before computing this one
+      const int64_t b1 = b0 + T::CB;
+      const int64_t cnt = nb - b1 < T::CB ? nb - b1 : T::CB;
+      next = stage_geom(row_start + static_cast<uint64_t>(b1 * T::kBytes), cnt * T::kBytes);
+      regs.load(next, lane, lo, hi);
+    }
+#pragma unroll
+    for (int it = 0; it < T::CB / 4; ++it) {
+      const int64_t t_first = b0 + 4 * it;  // warp-uniform
+      if (t_first >= nb) break;
+      const int i = 4 * it + g;
+      // A group past the row's end decodes stale stage bytes (inside the stage) and reads the
+      // row's last activation block; its term is never taken.
+      const int64_t t = t_first + g < nb ? t_first + g : nb - 1;
+      const KPartW wp = T::decode(sb, cur.offset + i * T::kBytes, part);
+      // Lane `lane` takes the term of super-block t_first + sel when that is = lane (mod 32).
+      const int sel = static_cast<int>((lane - t_first) & 31);
+      const bool take = sel < 4 && t_first + sel < nb;
+      const int src = (sel & 3) * 8;
+#pragma unroll
+      for (int c = 0; c < N; ++c) {
+        int2 s = kquant_partial<kType>(wp, acts, c, t, part);
+#pragma unroll
+        for (int o = 1; o < 8; o <<= 1) {
+          s.x += __shfl_xor_sync(kFullMask, s.x, o);
+          if constexpr (T::kHasMin) s.y += __shfl_xor_sync(kFullMask, s.y, o);
+        }
+        const float da = __ldg(acts.d + c * acts.nb + t);
+        const float term = kquant_term<kType>(wp, da, s.x, s.y);
+        const float v = __shfl_sync(kFullMask, term, src);
+        if (take) acc[c] = __fadd_rn(acc[c], v);
+      }
+    }
+    __syncwarp();  // the stage is rewritten by the next chunk
+  }
+#pragma unroll
+  for (int c = 0; c < N; ++c) {
+    const float v = fold_lanes(acc[c]);
+    if (lane == 0) y[row + c * ldy] = v;
+  }
+}
+
+#define MINFER_MMVQ_SITES(name)                                                        \
+  {                                                                                    \
+    "mmvq_" name "_n1", "mmvq_" name "_n2", "mmvq_" name "_n3", "mmvq_" name "_n4",    \
+        "mmvq_" name "_n5", "mmvq_" name "_n6", "mmvq_" name "_n7", "mmvq_" name "_n8" \
+  }
+
+template <TensorType kType>
+bool launch_type(const MmvqArgs& a, const Q8KView& acts, cudaStream_t stream,
+                 const char* const* sites) {
+  const dim3 grid(static_cast<unsigned>((a.m + kMmvqWarps - 1) / kMmvqWarps));
+  const dim3 block(kMmvqWarps * 32);
+  const auto* w = static_cast<const uint8_t*>(a.w);
+  const int64_t nb = a.k / 256;
+  switch (a.n) {
+#define MINFER_CASE(N)                                                                     \
+  case N:                                                                                  \
+    mmvq_kquant_kernel<kType, N><<<grid, block, 0, stream>>>(w, a.m, nb, a.row_bytes, acts, \
+                                                             a.y, a.ldy);                  \
+    return MINFER_LAUNCH_CHECK(sites[N - 1]);
+    MINFER_CASE(1)
+    MINFER_CASE(2)
+    MINFER_CASE(3)
+    MINFER_CASE(4)
+    MINFER_CASE(5)
+    MINFER_CASE(6)
+    MINFER_CASE(7)
+    MINFER_CASE(8)
+#undef MINFER_CASE
+    default: return false;
+  }
+}
+
+}  // namespace
+
+bool launch_mmvq_kquant(TensorType type, const MmvqArgs& a, const Q8KView& acts,
+                        cudaStream_t stream) {
+  static const char* const kQ4_K[8] = MINFER_MMVQ_SITES("q4_K");
+  static const char* const kQ5_K[8] = MINFER_MMVQ_SITES("q5_K");
+  static const char* const kQ6_K[8] = MINFER_MMVQ_SITES("q6_K");
+  switch (type) {
+    case TensorType::Q4_K: return launch_type<TensorType::Q4_K>(a, acts, stream, kQ4_K);
+    case TensorType::Q5_K: return launch_type<TensorType::Q5_K>(a, acts, stream, kQ5_K);
+    case TensorType::Q6_K: return launch_type<TensorType::Q6_K>(a, acts, stream, kQ6_K);
+    default: return false;
+  }
+}
+
+}  // namespace minfer::cuda::mm

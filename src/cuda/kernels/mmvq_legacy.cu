@@ -1,0 +1,127 @@
+// MMVQ for the legacy 32-element block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) x Q8 activations,
+// n = 1..8 token columns, bit-identical to the CPU reference (design: mmvq.cuh).
+//
+// One warp per weight row. The row is streamed in chunks of CB blocks: each lane loads up to U
+// aligned 16-byte words of the chunk into registers, the warp writes them to its shared-memory
+// stage, and lane l then unpacks blocks l, l + 32, ... of the chunk from there. The next
+// chunk's loads are issued before the current chunk is computed. CB is a multiple of 32, so
+// lane l sees exactly the blocks t = l (mod 32) in increasing t: lane l *is* virtual lane l of
+// the accumulation contract and no term moves between lanes until the final fold.
+#include "cuda/kernels/launch.cuh"
+#include "cuda/kernels/mmvq.cuh"
+#include "cuda/kernels/mmvq_blocks.cuh"
+#include "cuda/kernels/mmvq_common.cuh"
+
+namespace minfer::cuda::mm {
+namespace {
+
+template <TensorType kType, int N>
+__global__ void __launch_bounds__(kMmvqWarps * 32, N <= 4 ? 8 : 6)
+    mmvq_legacy_kernel(const uint8_t* __restrict__ w, int64_t m, int64_t nb, int64_t row_bytes,
+                       Q8View acts, float* __restrict__ y, int64_t ldy) {
+  using T = Legacy<kType>;
+  static_assert(T::CB % 32 == 0, "lane l must own the blocks t = l mod 32");
+  static_assert(((14 + T::CB * T::kBytes + 15) >> 4) + 2 <= 32 * T::U + 1,
+                "a chunk at any 2-byte alignment (plus 20 bytes of over-read) fits the stage");
+  __shared__ uint4 stage_all[kMmvqWarps][32 * T::U + 1];
+
+  const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kMmvqWarps + warp;
+  if (row >= m) return;  // the whole warp leaves; no block-wide barrier follows
+  uint4* stage = stage_all[warp];
+  const uint8_t* sb = reinterpret_cast<const uint8_t*>(stage);
+
+  const uint64_t lo = reinterpret_cast<uint64_t>(w);
+  const uint64_t hi = lo + static_cast<uint64_t>(m) * static_cast<uint64_t>(row_bytes);
+  const uint64_t row_start = lo + static_cast<uint64_t>(row) * static_cast<uint64_t>(row_bytes);
+
+  float acc[N];
+#pragma unroll
+  for (int c = 0; c < N; ++c) acc[c] = 0.0f;
+
+  const int64_t n_chunks = (nb + T::CB - 1) / T::CB;
+  StageRegs<T::U> regs;
+  StageGeom next = stage_geom(row_start, (nb < T::CB ? nb : T::CB) * T::kBytes);
+  regs.load(next, lane, lo, hi);
+  for (int64_t chunk = 0; chunk < n_chunks; ++chunk) {
+    const StageGeom cur = next;
+    regs.store(stage, cur, lane);
+    __syncwarp();
+    const int64_t b0 = chunk * T::CB;
+    if (chunk + 1 < n_chunks) {  // issue the next chunk's loads before computing this one
+      const int64_t b1 = b0 + T::CB;
+      const int64_t cnt = nb - b1 < T::CB ? nb - b1 : T::CB;
+      next = stage_geom(row_start + static_cast<uint64_t>(b1 * T::kBytes), cnt * T::kBytes);
+      regs.load(next, lane, lo, hi);
+    }
+    const int n_blk = static_cast<int>(nb - b0 < T::CB ? nb - b0 : T::CB);
+#pragma unroll
+    for (int it = 0; it < T::CB / 32; ++it) {
+      const int i = it * 32 + lane;
+      if (i < n_blk) {
+        const LegacyW wb = T::decode(sb, cur.offset + i * T::kBytes);
+        const int64_t t = b0 + i;
+#pragma unroll
+        for (int c = 0; c < N; ++c) acc[c] = __fadd_rn(acc[c], legacy_term<kType>(wb, acts, c, t));
+      }
+    }
+    __syncwarp();  // the stage is rewritten by the next chunk
+  }
+#pragma unroll
+  for (int c = 0; c < N; ++c) {
+    const float v = fold_lanes(acc[c]);
+    if (lane == 0) y[row + c * ldy] = v;
+  }
+}
+
+#define MINFER_MMVQ_SITES(name)                                                        \
+  {                                                                                    \
+    "mmvq_" name "_n1", "mmvq_" name "_n2", "mmvq_" name "_n3", "mmvq_" name "_n4",    \
+        "mmvq_" name "_n5", "mmvq_" name "_n6", "mmvq_" name "_n7", "mmvq_" name "_n8" \
+  }
+
+template <TensorType kType>
+bool launch_type(const MmvqArgs& a, const Q8View& acts, cudaStream_t stream, const char* const* sites) {
+  const dim3 grid(static_cast<unsigned>((a.m + kMmvqWarps - 1) / kMmvqWarps));
+  const dim3 block(kMmvqWarps * 32);
+  const auto* w = static_cast<const uint8_t*>(a.w);
+  const int64_t nb = a.k / 32;
+  switch (a.n) {
+#define MINFER_CASE(N)                                                                     \
+  case N:                                                                                  \
+    mmvq_legacy_kernel<kType, N><<<grid, block, 0, stream>>>(w, a.m, nb, a.row_bytes, acts, \
+                                                             a.y, a.ldy);                  \
+    return MINFER_LAUNCH_CHECK(sites[N - 1]);
+    MINFER_CASE(1)
+    MINFER_CASE(2)
+    MINFER_CASE(3)
+    MINFER_CASE(4)
+    MINFER_CASE(5)
+    MINFER_CASE(6)
+    MINFER_CASE(7)
+    MINFER_CASE(8)
+#undef MINFER_CASE
+    default: return false;
+  }
+}
+
+}  // namespace
+
+bool launch_mmvq_legacy(TensorType type, const MmvqArgs& a, const Q8View& acts,
+                        cudaStream_t stream) {
+  static const char* const kQ4_0[8] = MINFER_MMVQ_SITES("q4_0");
+  static const char* const kQ4_1[8] = MINFER_MMVQ_SITES("q4_1");
+  static const char* const kQ5_0[8] = MINFER_MMVQ_SITES("q5_0");
+  static const char* const kQ5_1[8] = MINFER_MMVQ_SITES("q5_1");
+  static const char* const kQ8_0[8] = MINFER_MMVQ_SITES("q8_0");
+  switch (type) {
+    case TensorType::Q4_0: return launch_type<TensorType::Q4_0>(a, acts, stream, kQ4_0);
+    case TensorType::Q4_1: return launch_type<TensorType::Q4_1>(a, acts, stream, kQ4_1);
+    case TensorType::Q5_0: return launch_type<TensorType::Q5_0>(a, acts, stream, kQ5_0);
+    case TensorType::Q5_1: return launch_type<TensorType::Q5_1>(a, acts, stream, kQ5_1);
+    case TensorType::Q8_0: return launch_type<TensorType::Q8_0>(a, acts, stream, kQ8_0);
+    default: return false;
+  }
+}
+
+}  // namespace minfer::cuda::mm

@@ -1,0 +1,233 @@
+// Activation quantization on the device, value-identical to the CPU's quantize_row_q8_0/_q8_1
+// (ggml quantize_row_q8_0_ref), quantize_row_q8_K and quantize_row_f16/_bf16. Layout and the
+// non-finite policy: quantize_acts.cuh.
+#include "cuda/kernels/launch.cuh"
+#include "cuda/kernels/mmvq_common.cuh"
+#include "cuda/kernels/quantize_acts.cuh"
+
+namespace minfer::cuda::mm {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = 65535LL * 16;  // grid-stride beyond this
+
+size_t round_up_256(size_t v) { return (v + 255) & ~size_t{255}; }
+
+unsigned grid_for(int64_t threads) {
+  int64_t b = (threads + kThreads - 1) / kThreads;
+  if (b < 1) b = 1;
+  if (b > kMaxBlocks) b = kMaxBlocks;
+  return static_cast<unsigned>(b);
+}
+
+// ---- Q8 (Q8_0 / Q8_1 values): 8 threads per 32-element block, 4 elements each ----------------
+// d = max|x| / 127, id = 1 / d (0 when d = 0), q = round_away(x * id) in [-127, 127], d stored
+// rounded to half (quant_legacy.cpp quantize_block_q8).
+__global__ void quantize_q8_kernel(const float* __restrict__ x, int64_t k, int64_t nb,
+                                   int64_t total_blocks, int8_t* __restrict__ qs,
+                                   float2* __restrict__ ds) {
+  const int lane = threadIdx.x & 31;
+  const int part = lane & 7;
+  const unsigned mask = 0xFFu << (lane & 24);  // the 8 lanes of this block
+  const int64_t first = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) >> 3;
+  const int64_t step = (static_cast<int64_t>(gridDim.x) * kThreads) >> 3;
+  for (int64_t gb = first; gb < total_blocks; gb += step) {
+    const int64_t t = gb / nb, b = gb % nb;
+    const float* src = x + t * k + b * 32 + part * 4;
+    float v[4];
+    bool finite = true;
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      v[i] = src[i];
+      finite = finite && is_finite(v[i]);
+      amax = fmaxf(amax, fabsf(v[i]));
+    }
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) {
+      amax = fmaxf(amax, __shfl_xor_sync(mask, amax, o));
+      finite = __shfl_xor_sync(mask, static_cast<int>(finite), o) != 0 && finite;
+    }
+    const float d = __fdiv_rn(amax, 127.0f);
+    const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+    uint32_t packed = 0;
+    int sum = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int q = finite ? round_away_clamped(__fmul_rn(v[i], id), -127, 127) : 0;
+      sum += q;
+      packed |= (static_cast<uint32_t>(q) & 0xFFu) << (8 * i);
+    }
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) sum += __shfl_xor_sync(mask, sum, o);
+    *reinterpret_cast<uint32_t*>(qs + t * k + b * 32 + part * 4) = packed;
+    if (part == 0) {
+      const float dh = finite ? half_to_float(float_to_half_bits(d)) : __uint_as_float(0x7FC00000u);
+      ds[gb] = make_float2(dh, __int_as_float(finite ? sum : 0));
+    }
+  }
+}
+
+// ---- Q8K: one warp per 256-element super-block, 8 consecutive elements per lane ---------------
+// xm = the element of largest magnitude (first on ties), iscale = -127 / xm,
+// q = round_even(iscale * x) in [-128, 127], d = 1 / iscale, bsums = sums of 16 q
+// (quant_kquants.cpp quantize_row_q8_K). An all-zero super-block gives d = 0, q = 0.
+__global__ void quantize_q8k_kernel(const float* __restrict__ x, int64_t k, int64_t nb,
+                                    int64_t total_blocks, int8_t* __restrict__ qs,
+                                    float* __restrict__ dplane, int16_t* __restrict__ bsums) {
+  const int lane = threadIdx.x & 31;
+  const int64_t first = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) >> 5;
+  const int64_t step = (static_cast<int64_t>(gridDim.x) * kThreads) >> 5;
+  for (int64_t gb = first; gb < total_blocks; gb += step) {
+    const int64_t t = gb / nb, b = gb % nb;
+    const float* src = x + t * k + b * 256 + lane * 8;
+    float v[8];
+    bool finite = true;
+    float best_a = 0.0f, best_x = 0.0f;
+    int best_i = 1 << 30;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      v[e] = src[e];
+      finite = finite && is_finite(v[e]);
+      if (fabsf(v[e]) > best_a) {  // strict: the first of equal magnitudes wins
+        best_a = fabsf(v[e]);
+        best_x = v[e];
+        best_i = lane * 8 + e;
+      }
+    }
+#pragma unroll
+    for (int o = 16; o >= 1; o >>= 1) {
+      const float oa = __shfl_xor_sync(kFullMask, best_a, o);
+      const float ox = __shfl_xor_sync(kFullMask, best_x, o);
+      const int oi = __shfl_xor_sync(kFullMask, best_i, o);
+      if (oa > best_a || (oa == best_a && oi < best_i)) {
+        best_a = oa;
+        best_x = ox;
+        best_i = oi;
+      }
+    }
+    finite = __all_sync(kFullMask, finite);
+    int8_t* dst = qs + t * k + b * 256 + lane * 8;
+    int16_t* bs = bsums + gb * 16;
+    if (!finite || best_a == 0.0f) {
+      *reinterpret_cast<uint2*>(dst) = make_uint2(0u, 0u);
+      if ((lane & 1) == 0) bs[lane >> 1] = 0;
+      if (lane == 0) dplane[gb] = finite ? 0.0f : __uint_as_float(0x7FC00000u);
+      continue;
+    }
+    const float iscale = __fdiv_rn(-127.0f, best_x);
+    uint32_t w[2] = {0u, 0u};
+    int sum = 0;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const int q = round_even_clamped(__fmul_rn(iscale, v[e]), -128, 127);
+      sum += q;
+      w[e / 4] |= (static_cast<uint32_t>(q) & 0xFFu) << (8 * (e % 4));
+    }
+    sum += __shfl_xor_sync(kFullMask, sum, 1);  // lanes 2g and 2g+1 hold group g's 16 elements
+    *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
+    if ((lane & 1) == 0) bs[lane >> 1] = static_cast<int16_t>(sum);
+    if (lane == 0) dplane[gb] = __fdiv_rn(1.0f, iscale);
+  }
+}
+
+// ---- F16 / BF16: one element per thread, rows padded to `stride` with zeros -----------------
+template <bool kBf16>
+__global__ void convert_half_kernel(const float* __restrict__ x, int64_t k, int64_t stride,
+                                    int64_t total, uint16_t* __restrict__ h) {
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * kThreads;
+  for (int64_t i = first; i < total; i += step) {
+    const int64_t t = i / stride, e = i % stride;
+    uint16_t v = 0;
+    if (e < k) v = kBf16 ? float_to_bf16_bits(x[t * k + e]) : float_to_half_bits(x[t * k + e]);
+    h[i] = v;
+  }
+}
+
+}  // namespace
+
+bool act_kind_for(TensorType type, ActKind* kind) {
+  switch (type) {
+    case TensorType::F32: *kind = ActKind::F32; return true;
+    case TensorType::F16: *kind = ActKind::F16; return true;
+    case TensorType::BF16: *kind = ActKind::BF16; return true;
+    case TensorType::Q4_0:
+    case TensorType::Q4_1:
+    case TensorType::Q5_0:
+    case TensorType::Q5_1:
+    case TensorType::Q8_0: *kind = ActKind::Q8; return true;
+    case TensorType::Q4_K:
+    case TensorType::Q5_K:
+    case TensorType::Q6_K: *kind = ActKind::Q8K; return true;
+    default: return false;
+  }
+}
+
+ActLayout act_layout(ActKind kind, int64_t k, int64_t n) {
+  ActLayout L;
+  L.kind = kind;
+  L.k = k;
+  L.n = n;
+  const size_t kn = static_cast<size_t>(k) * static_cast<size_t>(n);
+  switch (kind) {
+    case ActKind::F32: break;
+    case ActKind::F16:
+    case ActKind::BF16:
+      L.stride = (k + 7) / 8 * 8;
+      L.total = round_up_256(static_cast<size_t>(L.stride) * static_cast<size_t>(n) * 2);
+      break;
+    case ActKind::Q8:
+      L.nb = k / 32;
+      L.qs_off = 0;
+      L.ds_off = round_up_256(kn);
+      L.total = round_up_256(L.ds_off + static_cast<size_t>(L.nb) * static_cast<size_t>(n) * 8);
+      break;
+    case ActKind::Q8K:
+      L.nb = k / 256;
+      L.qs_off = 0;
+      L.ds_off = round_up_256(kn);
+      L.bsums_off = round_up_256(L.ds_off + static_cast<size_t>(L.nb) * static_cast<size_t>(n) * 4);
+      L.total = round_up_256(L.bsums_off + static_cast<size_t>(L.nb) * static_cast<size_t>(n) * 32);
+      break;
+  }
+  return L;
+}
+
+bool launch_quantize_acts(const ActLayout& L, const float* x, void* qx, cudaStream_t stream) {
+  if (L.kind == ActKind::F32 || L.n == 0) return true;
+  auto* base = static_cast<uint8_t*>(qx);
+  switch (L.kind) {
+    case ActKind::Q8: {
+      const int64_t blocks = L.nb * L.n;
+      quantize_q8_kernel<<<grid_for(blocks * 8), kThreads, 0, stream>>>(
+          x, L.k, L.nb, blocks, reinterpret_cast<int8_t*>(base + L.qs_off),
+          reinterpret_cast<float2*>(base + L.ds_off));
+      return MINFER_LAUNCH_CHECK("quantize_acts_q8");
+    }
+    case ActKind::Q8K: {
+      const int64_t blocks = L.nb * L.n;
+      quantize_q8k_kernel<<<grid_for(blocks * 32), kThreads, 0, stream>>>(
+          x, L.k, L.nb, blocks, reinterpret_cast<int8_t*>(base + L.qs_off),
+          reinterpret_cast<float*>(base + L.ds_off),
+          reinterpret_cast<int16_t*>(base + L.bsums_off));
+      return MINFER_LAUNCH_CHECK("quantize_acts_q8k");
+    }
+    case ActKind::F16: {
+      const int64_t total = L.stride * L.n;
+      convert_half_kernel<false><<<grid_for(total), kThreads, 0, stream>>>(
+          x, L.k, L.stride, total, reinterpret_cast<uint16_t*>(base));
+      return MINFER_LAUNCH_CHECK("quantize_acts_f16");
+    }
+    case ActKind::BF16: {
+      const int64_t total = L.stride * L.n;
+      convert_half_kernel<true><<<grid_for(total), kThreads, 0, stream>>>(
+          x, L.k, L.stride, total, reinterpret_cast<uint16_t*>(base));
+      return MINFER_LAUNCH_CHECK("quantize_acts_bf16");
+    }
+    case ActKind::F32: break;
+  }
+  return true;
+}
+
+}  // namespace minfer::cuda::mm
