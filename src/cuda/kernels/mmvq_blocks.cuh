@@ -26,7 +26,7 @@ namespace minfer::cuda::mm {
 template <typename T>
 MM_HD T ldg(const T* p) {
 #ifdef __CUDA_ARCH__
-  return ldg(p);
+  return __ldg(p);
 #else
   return *p;
 #endif
