@@ -11,5 +11,7 @@ void add_env_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
 void add_run_command(CLI::App& app);
 void add_chat_command(CLI::App& app);
+void add_quantize_command(CLI::App& app);
+void add_synth_command(CLI::App& app);
 
 }  // namespace minfer::cli

@@ -13,6 +13,8 @@ int main(int argc, char** argv) {
   minfer::cli::add_inspect_command(app);
   minfer::cli::add_run_command(app);
   minfer::cli::add_chat_command(app);
+  minfer::cli::add_quantize_command(app);
+  minfer::cli::add_synth_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
