@@ -20,5 +20,7 @@ void add_bench_command(CLI::App& app);
 void add_perplexity_command(CLI::App& app);
 void add_chat_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
+void add_quantize_command(CLI::App& app);
+void add_synth_command(CLI::App& app);
 
 }  // namespace minfer::cli

@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
   minfer::cli::add_perplexity_command(app);
   minfer::cli::add_chat_command(app);
   minfer::cli::add_tokenize_command(app);
+  minfer::cli::add_quantize_command(app);
+  minfer::cli::add_synth_command(app);
   // llama.cpp's tools take multi-letter single-dash options (-ub, -ctk, -pg ...), which CLI11 does
   // not allow; map them to their long names so users' command lines work unchanged.
   std::vector<std::string> args(argv, argv + argc);
@@ -28,7 +30,6 @@ int main(int argc, char** argv) {
   }
   args.erase(args.begin());                 // CLI11 wants the arguments without the program name,
   std::reverse(args.begin(), args.end());  // in reverse order
-
   try {
     app.parse(args);
   } catch (const CLI::ParseError& e) {

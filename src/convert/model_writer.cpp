@@ -1,0 +1,48 @@
+#include "convert/model_writer.h"
+
+#include <cstring>
+#include <memory>
+
+#include "core/error.h"
+#include "core/progress.h"
+#include "core/thread_pool.h"
+
+namespace minfer::convert {
+
+void write_model(gguf::GgufWriter& w, std::vector<TensorJob> jobs, const std::string& path,
+                 int n_threads, bool progress, const std::string& label) {
+  const int threads = n_threads > 0 ? n_threads : default_thread_count();
+  auto pool = std::make_shared<ThreadPool>(threads);
+  const auto elements = [](const TensorJob& j) {
+    uint64_t n = 1;
+    for (int64_t d : j.ne) n *= static_cast<uint64_t>(d);
+    return n;
+  };
+  uint64_t total = 0;
+  for (const TensorJob& j : jobs) total += elements(j);
+  std::unique_ptr<ProgressBar> bar;
+  if (progress) bar = std::make_unique<ProgressBar>(label, total);
+  ProgressBar* pb = bar.get();
+  for (TensorJob& j : jobs) {
+    auto job = std::make_shared<TensorJob>(std::move(j));
+    const uint64_t n_elements = elements(*job);
+    w.add_tensor(job->name, job->type, job->ne, [job, pool, pb, n_elements](uint8_t* dst, size_t nbytes) {
+      if (pb) pb->set_detail(job->name);
+      if (!job->raw.empty()) {
+        MINFER_CHECK(job->raw.size() == nbytes, "{}: {} bytes of data for {} bytes of tensor", job->name,
+              job->raw.size(), nbytes);
+        std::memcpy(dst, job->raw.data(), nbytes);
+        if (pb) pb->advance(n_elements);
+        return;
+      }
+      int64_t n_rows = 1;
+      for (size_t d = 1; d < job->ne.size(); ++d) n_rows *= job->ne[d];
+      encode_rows(job->type, job->ne[0], n_rows, job->rows, dst, *pool, job->name,
+                  pb ? RowProgress([pb](uint64_t n) { pb->advance(n); }) : RowProgress());
+    });
+  }
+  w.write(path);
+  if (bar) bar->finish();
+}
+
+}  // namespace minfer::convert

@@ -1,0 +1,34 @@
+// Writing a model file tensor by tensor: each tensor is either copied from bytes that already
+// have the right type or encoded from f32 rows in parallel (row_encode.h), straight into the
+// GGUF writer's buffer, so memory stays at one tensor. One progress bar (stderr, terminals
+// only) counts elements over the whole file.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "convert/row_encode.h"
+#include "core/types.h"
+#include "gguf/gguf_writer.h"
+
+namespace minfer::convert {
+
+/// One output tensor.
+struct TensorJob {
+  std::string name;
+  std::vector<int64_t> ne;        ///< ggml order, ne[0] = row length
+  TensorType type;                ///< type written
+  RowSource rows;                 ///< f32 rows to encode (used when `raw` is empty)
+  std::span<const uint8_t> raw;   ///< bytes already in `type`, copied verbatim when non-empty
+};
+
+/// Adds `jobs` to `w` in order and writes `path`. Encoding runs on `n_threads` threads
+/// (0: default_thread_count()). `label` heads the progress bar, drawn when `progress` is true
+/// and stderr is a terminal. Throws what GgufWriter::add_tensor / write throw (the output path is
+/// then left untouched) and what encode_rows throws, prefixed with the tensor name.
+void write_model(gguf::GgufWriter& w, std::vector<TensorJob> jobs, const std::string& path,
+                 int n_threads, bool progress, const std::string& label);
+
+}  // namespace minfer::convert

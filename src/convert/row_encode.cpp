@@ -1,0 +1,57 @@
+#include "convert/row_encode.h"
+
+#include <algorithm>
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "quant/quant.h"
+
+namespace minfer::convert {
+namespace {
+
+/// Elements per chunk handed to one thread: large enough that the atomic counter costs
+/// nothing, small enough that a 2-row tail does not leave threads idle for long.
+constexpr int64_t kChunkElements = int64_t{1} << 16;
+
+}  // namespace
+
+void encode_rows(TensorType type, int64_t n_per_row, int64_t n_rows, const RowSource& src,
+                 uint8_t* dst, ThreadPool& pool, const std::string& what,
+                 const RowProgress& progress) {
+  const TypeTraits& tr = type_traits(type);
+  MINFER_CHECK(tr.quantize_row != nullptr, "{}: type {} cannot be written", what, type_name(type));
+  const size_t rb = row_bytes(type, n_per_row);
+  if (n_rows <= 0) return;
+  const int64_t rows_per_chunk = std::max<int64_t>(1, kChunkElements / std::max<int64_t>(1, n_per_row));
+  const int64_t n_chunks = (n_rows + rows_per_chunk - 1) / rows_per_chunk;
+  std::atomic<int64_t> next{0};
+  std::atomic<bool> failed{false};
+  pool.run([&](int) {
+    std::vector<float> row(static_cast<size_t>(n_per_row));
+    try {
+      for (;;) {
+        if (failed.load(std::memory_order_relaxed)) return;
+        const int64_t c = next.fetch_add(1, std::memory_order_relaxed);
+        if (c >= n_chunks) return;
+        const int64_t r0 = c * rows_per_chunk;
+        const int64_t r1 = std::min(n_rows, r0 + rows_per_chunk);
+        for (int64_t r = r0; r < r1; ++r) {
+          src(r, row.data());
+          try {
+            tr.quantize_row(row.data(), dst + static_cast<size_t>(r) * rb, n_per_row);
+          } catch (const Error& e) {
+            fail("{}: row {}: {}", what, r, e.what());
+          }
+        }
+        if (progress) progress(static_cast<uint64_t>((r1 - r0) * n_per_row));
+      }
+    } catch (...) {
+      failed.store(true);
+      throw;
+    }
+  });
+}
+
+}  // namespace minfer::convert

@@ -1,0 +1,87 @@
+// `minfer synth`: writes a model with the exact shape and metadata of a public configuration
+// (synth_presets.h) and seeded random weights, for benchmarks and tests where real weights
+// cannot be downloaded. Types per tensor come from the same mix policy as `minfer quantize`.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "convert/synth_presets.h"
+#include "quant/mix_policy.h"
+
+namespace minfer::convert {
+
+struct SynthOptions {
+  std::string arch;    ///< "qwen2" / "qwen3"
+  std::string preset;  ///< synth_presets() name
+  std::string vocab;   ///< GGUF or tokenizer.json with the tokenizer (synth_vocab.h)
+  std::string output;  ///< GGUF file to write (via "<output>.tmp")
+  FileType ftype = FileType::MostlyQ4_K_M;
+  uint64_t seed = 0;
+  int n_threads = 0;      ///< 0: default_thread_count()
+  bool pure = false;      ///< every matrix gets the base type
+  bool progress = true;   ///< progress bar on stderr when it is a terminal
+};
+
+struct SynthReport {
+  const SynthPreset* preset = nullptr;
+  uint64_t n_params = 0;       ///< elements of all tensors
+  uint64_t bytes = 0;          ///< tensor data bytes written
+  int64_t vocab_tokens = 0;    ///< tokens in the vocabulary file (before padding)
+  std::vector<std::string> fallback_notes;  ///< as QuantizeReport::fallback_notes
+};
+
+/// The standard deviation of the logits that the output scale aims at: token_embd and
+/// output.weight are drawn with std kSynthLogitStd / sqrt(n_embd), and the final RMS norm gives
+/// the hidden state a norm of about sqrt(n_embd), so each logit has std ~ kSynthLogitStd.
+inline constexpr float kSynthLogitStd = 4.0f;
+
+/// The gain of the matrices that write into the residual stream (attn_output, ffn_down). With
+/// tied embeddings the input token's own embedding, left in the residual stream, adds
+/// |e|^2 / rms(h) = kSynthLogitStd^2 / rms(h) to its own logit; unchecked, that makes the greedy
+/// continuation repeat one token. Layer outputs of RMS ~kSynthResidualGain keep that bonus to
+/// ~kSynthLogitStd / 2 even for a 2-layer model, as the layer outputs dominate the stream.
+inline constexpr float kSynthResidualGain = 8.0f;
+
+/// How element values are drawn, by tensor role (z is synth_random.h's normal_like, mean 0 and
+/// std 1, from (seed, tensor name, element index)):
+/// - token_embd.weight, output.weight: z * kSynthLogitStd / sqrt(n_embd);
+/// - attn_output.weight, ffn_down.weight: z * kSynthResidualGain / sqrt(ne[0]);
+/// - other matrices: z / sqrt(ne[0]) (ne[0] = input width), so each output of a layer whose
+///   input has unit RMS (after a norm) has std ~1;
+/// - norms (*_norm.weight): 1 + 0.05 z; biases (*.bias): 0.1 z.
+/// Returns {mean, std} for a tensor name and row length.
+struct SynthScale {
+  float mean;
+  float std;
+};
+SynthScale synth_scale(std::string_view name, int64_t ne0, int64_t n_embd);
+
+/// One tensor of a synth model: name, shape (ggml order) and the mix policy's choice.
+struct SynthTensor {
+  std::string name;
+  std::vector<int64_t> ne;
+  MixChoice choice;
+};
+
+/// The tensors synth writes for `preset` and `ftype`, in file order (llama_tensor_order), with
+/// llama.cpp's names (LLM_TN) and shapes and the types plan_tensor_types gives them.
+std::vector<SynthTensor> synth_tensor_plan(const SynthPreset& preset, FileType ftype, bool pure);
+
+/// Tensor data bytes of a plan (what llama-bench reports as the model size).
+uint64_t synth_plan_bytes(const std::vector<SynthTensor>& plan);
+
+/// Writes the model. Metadata (llama.cpp's key names for the architecture, as its converter
+/// writes them): general.architecture, .type "model", .name (the public model's name plus
+/// " (synthetic)"), .size_label, .description (the seed and the source of the shape), the
+/// `<arch>.*` hyper-parameters (qwen3 adds attention.key_length / value_length), the tokenizer
+/// keys (synth_vocab.h), then general.quantization_version 2 and general.file_type.
+/// Tensors in llama_tensor_order with llama.cpp's names and shapes. The file's bytes depend only
+/// on (preset, vocab, type, seed, pure), not on the thread count.
+/// Throws minfer::Error (one line) for an unknown architecture or preset, a vocabulary problem
+/// (synth_vocab.h), or an unwritable output (before any weight is generated).
+SynthReport synth_model(const SynthOptions& opt);
+
+}  // namespace minfer::convert

@@ -1,0 +1,331 @@
+// `minfer synth` (src/convert/synth*.h and the command): preset facts against published numbers,
+// metadata, vocabulary padding, determinism, a forward pass of the tiny presets, and errors.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <set>
+#include <sys/wait.h>
+
+#include "convert/synth.h"
+#include "convert/synth_random.h"
+#include "convert/synth_vocab.h"
+#include "engine/engine.h"
+#include "gguf_test_util.h"
+#include "models/model.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer_test_util.h"
+
+namespace minfer::convert {
+namespace {
+
+constexpr const char* kVocab = "fixtures/tokenizer/ggml-vocab-qwen2.gguf";
+
+SynthReport synth(const std::string& arch, const std::string& preset, const std::string& type,
+                  const std::filesystem::path& out, uint64_t seed = 7, int threads = 2,
+                  const std::string& vocab = test::shared_path(kVocab).string()) {
+  SynthOptions o;
+  o.arch = arch;
+  o.preset = preset;
+  o.ftype = parse_file_type(type);
+  o.vocab = vocab;
+  o.output = out.string();
+  o.seed = seed;
+  o.n_threads = threads;
+  o.progress = false;
+  return synth_model(o);
+}
+
+// Published parameter counts (Hugging Face model pages, safetensors "Params", exact).
+TEST(SynthPresets, parameter_counts_match_the_published_models) {
+  EXPECT_EQ(find_synth_preset("qwen2", "qwen2.5-0.5b").n_params(), 494032768u);
+  EXPECT_EQ(find_synth_preset("qwen2", "qwen2.5-1.5b").n_params(), 1543714304u);
+  EXPECT_EQ(find_synth_preset("qwen2", "qwen2.5-7b").n_params(), 7615616512u);
+  EXPECT_EQ(find_synth_preset("qwen3", "qwen3-0.6b").n_params(), 596049920u);
+  EXPECT_EQ(find_synth_preset("qwen3", "qwen3-8b").n_params(), 8190735360u);
+}
+
+// ../shared/design/ANCHORS.md: file sizes in GiB (3 decimals) of the same models made by
+// llama.cpp's converter (official tokenizers) and llama-quantize. Ours: tensor bytes of the
+// plan plus the metadata of the fixture vocabulary (5.93 MB; the official Qwen2.5 tokenizer
+// metadata differs from it by well under 1 MB). Tolerance: the 3-decimal rounding plus 1 MB.
+// A wrong type on one ffn_down of the 7B model would move the size by 17 MB.
+TEST(SynthPresets, sizes_match_llama_cpp_files_of_the_same_models) {
+  MINFER_REQUIRE_SHARED(kVocab);
+  const double vocab_gib =
+      static_cast<double>(std::filesystem::file_size(test::shared_path(kVocab))) / (1 << 30);
+  struct Row {
+    const char* arch;
+    const char* preset;
+    const char* type;
+    double gib;
+  };
+  const Row rows[] = {
+      {"qwen2", "qwen2.5-0.5b", "bf16", 0.926},   {"qwen2", "qwen2.5-0.5b", "q4_K_M", 0.370},
+      {"qwen2", "qwen2.5-0.5b", "q8_0", 0.495},   {"qwen2", "qwen2.5-0.5b", "q4_0", 0.328},
+      {"qwen2", "qwen2.5-1.5b", "bf16", 2.881},   {"qwen2", "qwen2.5-1.5b", "q4_K_M", 0.918},
+      {"qwen2", "qwen2.5-1.5b", "q8_0", 1.533},   {"qwen2", "qwen2.5-1.5b", "q4_0", 0.871},
+      {"qwen2", "qwen2.5-7b", "bf16", 14.191},    {"qwen2", "qwen2.5-7b", "q4_K_M", 4.361},
+      {"qwen2", "qwen2.5-7b", "q8_0", 7.542},     {"qwen2", "qwen2.5-7b", "q4_0", 4.127},
+      {"qwen3", "qwen3-8b", "bf16", 15.263},      {"qwen3", "qwen3-8b", "q4_K_M", 4.682},
+      {"qwen3", "qwen3-8b", "q8_0", 8.111},       {"qwen3", "qwen3-8b", "q4_0", 4.447},
+  };
+  const double tol = 0.0005 + 1e6 / (1 << 30);
+  for (const Row& r : rows) {
+    const auto plan = synth_tensor_plan(find_synth_preset(r.arch, r.preset), parse_file_type(r.type), false);
+    const double gib = static_cast<double>(synth_plan_bytes(plan)) / (1 << 30) + vocab_gib;
+    EXPECT_NEAR(gib, r.gib, tol) << r.preset << " " << r.type;
+  }
+}
+
+TEST(SynthPresets, unknown_names_are_errors_that_list_the_choices) {
+  EXPECT_CONTAINS(test::error_of([] { find_synth_preset("qwen2", "qwen9-1b"); }),
+                  "unknown preset 'qwen9-1b' for qwen2 (presets: qwen2.5-0.5b, qwen2.5-1.5b");
+  EXPECT_CONTAINS(test::error_of([] { find_synth_preset("llama", "tiny"); }),
+                  "unknown architecture 'llama' (supported: qwen2, qwen3)");
+  EXPECT_CONTAINS(test::error_of([] { find_synth_preset("qwen2", "qwen3-8b"); }),
+                  "preset 'qwen3-8b' is a qwen3 model, not qwen2");
+}
+
+TEST(SynthRandom, values_have_mean_0_and_std_1_and_depend_on_seed_and_name) {
+  const uint64_t key = tensor_key(42, "blk.0.attn_q.weight");
+  double s = 0, s2 = 0;
+  const int n = 1 << 20;
+  for (int i = 0; i < n; ++i) {
+    const double v = normal_like(counter_hash(key, static_cast<uint64_t>(i)));
+    s += v;
+    s2 += v * v;
+  }
+  const double mean = s / n, var = s2 / n - mean * mean;
+  // Standard error of the mean is 1/sqrt(n) = 0.001; of the variance ~sqrt(2/n) = 0.0014.
+  EXPECT_NEAR(mean, 0.0, 0.005);
+  EXPECT_NEAR(var, 1.0, 0.007);
+  EXPECT_NE(tensor_key(42, "a"), tensor_key(43, "a"));
+  EXPECT_NE(tensor_key(42, "a"), tensor_key(42, "b"));
+  EXPECT_NE(counter_hash(key, 0), counter_hash(key, 1));
+}
+
+TEST(Synth, metadata_has_llama_cpp_keys_and_the_preset_values) {
+  MINFER_REQUIRE_SHARED(kVocab);
+  const auto dir = test::temp_dir();
+  synth("qwen3", "tiny", "q8_0", dir / "m.gguf");
+  const auto f = gguf::GgufFile::open((dir / "m.gguf").string());
+  EXPECT_EQ(f->get_string("general.architecture"), "qwen3");
+  EXPECT_EQ(f->get_string("general.type"), "model");
+  EXPECT_EQ(f->get_u32("qwen3.block_count"), 2u);
+  EXPECT_EQ(f->get_u32("qwen3.embedding_length"), 256u);
+  EXPECT_EQ(f->get_u32("qwen3.feed_forward_length"), 768u);
+  EXPECT_EQ(f->get_u32("qwen3.attention.head_count"), 4u);
+  EXPECT_EQ(f->get_u32("qwen3.attention.head_count_kv"), 2u);
+  EXPECT_EQ(f->get_u32("qwen3.attention.key_length"), 128u);
+  EXPECT_EQ(f->get_u32("qwen3.attention.value_length"), 128u);
+  EXPECT_EQ(f->get_u32("qwen3.context_length"), 2048u);
+  EXPECT_EQ(f->get_f32("qwen3.rope.freq_base"), 1e6f);
+  EXPECT_EQ(f->get_f32("qwen3.attention.layer_norm_rms_epsilon"), 1e-6f);
+  EXPECT_EQ(f->get_u32("general.file_type"), 7u);  // LLAMA_FTYPE_MOSTLY_Q8_0
+  EXPECT_EQ(f->get_u32("general.quantization_version"), 2u);
+  EXPECT_CONTAINS(std::string(*f->get_string("general.description")), "seed 7");
+  // Every tokenizer.* key of the vocabulary file, unchanged (151936 tokens: no padding needed).
+  const auto v = gguf::GgufFile::open(test::shared_path(kVocab).string());
+  for (const auto& kv : v->metadata()) {
+    if (kv.key.rfind("tokenizer.", 0) != 0) continue;
+    const gguf::Value* got = f->find(kv.key);
+    ASSERT_NE(got, nullptr) << kv.key;
+    EXPECT_EQ(got->type, kv.value.type) << kv.key;
+    EXPECT_EQ(got->count, kv.value.count) << kv.key;
+    if (kv.value.type == gguf::ValueType::STRING) {
+      EXPECT_EQ(got->str, kv.value.str) << kv.key;
+    }
+    if (kv.value.type == gguf::ValueType::ARRAY && kv.value.elem_type == gguf::ValueType::STRING) {
+      EXPECT_TRUE(got->strings == kv.value.strings) << kv.key;
+    }
+  }
+  // Qwen3 tensors: q/k norms, no biases, an output matrix (untied tiny preset).
+  EXPECT_NE(f->find_tensor("blk.1.attn_q_norm.weight"), nullptr);
+  EXPECT_EQ(f->find_tensor("blk.1.attn_q.bias"), nullptr);
+  EXPECT_NE(f->find_tensor("output.weight"), nullptr);
+}
+
+TEST(SynthVocab, short_vocabularies_are_padded_with_user_defined_pad_tokens) {
+  MINFER_REQUIRE_SHARED(kVocab);
+  const auto dir = test::temp_dir();
+  gguf::GgufWriter w;
+  const int64_t n_tokens = add_vocab_metadata(w, test::shared_path(kVocab).string(), 152064);
+  EXPECT_EQ(n_tokens, 151936);
+  w.write((dir / "v.gguf").string());
+  const auto f = gguf::GgufFile::open((dir / "v.gguf").string());
+  const auto tokens = f->get_string_array("tokenizer.ggml.tokens");
+  const auto types = f->get_i32_array("tokenizer.ggml.token_type");
+  ASSERT_EQ(tokens->size(), 152064u);
+  ASSERT_EQ(types->size(), 152064u);
+  EXPECT_EQ((*tokens)[151936], "[PAD151936]");
+  EXPECT_EQ((*tokens)[152063], "[PAD152063]");
+  EXPECT_EQ((*types)[152063], 4);   // user-defined
+  EXPECT_EQ((*tokens)[151643], "<|endoftext|>");  // original tokens untouched
+  EXPECT_EQ((*types)[151643], 3);
+  // More tokens than embedding rows is an error naming the file and both counts.
+  gguf::GgufWriter w2;
+  EXPECT_CONTAINS(test::error_of([&] { add_vocab_metadata(w2, test::shared_path(kVocab).string(), 1000); }),
+                  "151936 tokens do not fit the model's 1000 embedding rows");
+}
+
+bool same(std::span<const std::string_view> a, std::span<const std::string_view> b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end());
+}
+
+TEST(SynthVocab, tokenizer_json_gives_the_same_tokens_as_the_gguf_vocabulary) {
+  MINFER_REQUIRE_SHARED(kVocab);
+  const auto dir = test::temp_dir();
+  const auto vf = gguf::GgufFile::open(test::shared_path(kVocab).string());
+  const tok::VocabData d = tok::vocab_from_gguf(*vf);
+  test::write_tokenizer_json(d, dir / "tokenizer.json", /*pair_merges=*/false);
+  synth("qwen2", "tiny", "q8_0", dir / "m.gguf", 7, 2, (dir / "tokenizer.json").string());
+  const auto model = Model::load((dir / "m.gguf").string());
+  ASSERT_NE(model->tokenizer(), nullptr);
+  const auto f = gguf::GgufFile::open((dir / "m.gguf").string());
+  EXPECT_TRUE(same(*f->get_string_array("tokenizer.ggml.tokens"), *vf->get_string_array("tokenizer.ggml.tokens")));
+  EXPECT_EQ(*f->get_i32_array("tokenizer.ggml.token_type"), *vf->get_i32_array("tokenizer.ggml.token_type"));
+  EXPECT_TRUE(same(*f->get_string_array("tokenizer.ggml.merges"), *vf->get_string_array("tokenizer.ggml.merges")));
+  EXPECT_EQ(f->get_string("tokenizer.ggml.pre"), "qwen2");
+  EXPECT_EQ(model->tokenizer()->encode("Hello world", false, false),
+            tok::Tokenizer(tok::vocab_from_gguf(*vf)).encode("Hello world", false, false));
+}
+
+TEST(Synth, same_seed_gives_same_bytes_for_any_thread_count) {
+  MINFER_REQUIRE_SHARED(kVocab);
+  const auto dir = test::temp_dir();
+  synth("qwen2", "tiny-odd", "q4_K_M", dir / "a.gguf", 11, 1);
+  synth("qwen2", "tiny-odd", "q4_K_M", dir / "b.gguf", 11, 2);
+  synth("qwen2", "tiny-odd", "q4_K_M", dir / "c.gguf", 12, 2);
+  const auto a = test::read_bytes(dir / "a.gguf");
+  ASSERT_FALSE(a.empty());
+  EXPECT_TRUE(a == test::read_bytes(dir / "b.gguf"));
+  const auto fa = gguf::GgufFile::open((dir / "a.gguf").string());
+  const auto fc = gguf::GgufFile::open((dir / "c.gguf").string());
+  const auto* ta = fa->find_tensor("blk.0.ffn_up.weight");
+  const auto* tc = fc->find_tensor("blk.0.ffn_up.weight");
+  ASSERT_EQ(ta->nbytes, tc->nbytes);
+  EXPECT_NE(std::memcmp(ta->data, tc->data, ta->nbytes), 0);  // another seed, other weights
+}
+
+TEST(Synth, odd_preset_reports_fallbacks_and_loads) {
+  MINFER_REQUIRE_SHARED(kVocab);
+  const auto dir = test::temp_dir();
+  const SynthReport r = synth("qwen2", "tiny-odd", "q4_K_M", dir / "m.gguf");
+  // Rows of 320 (attn_q, attn_k, attn_v, attn_output, ffn_gate, ffn_up) and of 832 (ffn_down)
+  // in both layers; token_embd (tied) takes the output rule (q8_0), not a fallback.
+  EXPECT_EQ(r.fallback_notes.size(), 14u);
+  EXPECT_CONTAINS(r.fallback_notes[0], "row length");
+  const auto model = Model::load((dir / "m.gguf").string());
+  EXPECT_EQ(model->weight("token_embd.weight").type, TensorType::Q8_0);
+  EXPECT_EQ(model->weight("blk.0.ffn_down.weight").type, TensorType::Q5_0);  // q4_K -> q5_0
+  EXPECT_EQ(model->weight("blk.1.ffn_down.weight").type, TensorType::Q8_0);  // q6_K -> q8_0
+}
+
+/// Greedy decoding of `n` tokens after `prompt`; also returns the std of the first logits.
+std::vector<int32_t> greedy(Engine& e, std::vector<int32_t> prompt, int n, double* logit_std) {
+  std::vector<float> logits = e.decode(prompt);
+  double s = 0, s2 = 0;
+  for (float v : logits) {
+    s += v;
+    s2 += double(v) * v;
+  }
+  const double mean = s / static_cast<double>(logits.size());
+  *logit_std = std::sqrt(s2 / static_cast<double>(logits.size()) - mean * mean);
+  std::vector<int32_t> out;
+  for (int i = 0; i < n; ++i) {
+    const auto it = std::max_element(logits.begin(), logits.end());
+    const int32_t tok = static_cast<int32_t>(it - logits.begin());
+    out.push_back(tok);
+    logits = e.decode(std::vector<int32_t>{tok});
+  }
+  return out;
+}
+
+class SynthForward : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(SynthForward, tiny_preset_runs_with_spread_logits_and_a_varied_greedy_continuation) {
+  MINFER_REQUIRE_SHARED(kVocab);
+  const auto dir = test::temp_dir();
+  synth(GetParam(), "tiny", "q8_0", dir / "m.gguf");
+  auto model = Model::load((dir / "m.gguf").string());
+  EngineConfig cfg;
+  cfg.n_threads = 2;
+  cfg.n_ctx = 64;
+  cfg.kv_type = TensorType::F32;
+  Engine engine(model, cfg);
+  const auto prompt = model->tokenizer()->encode("The quick brown fox", false, false);
+  double logit_std = 0;
+  const auto out = greedy(engine, prompt, 24, &logit_std);
+  // kSynthLogitStd aims the logits at a std of 4: require "several units", not a flat output.
+  EXPECT_GT(logit_std, 2.0);
+  EXPECT_LT(logit_std, 8.0);
+  const std::set<int32_t> distinct(out.begin(), out.end());
+  std::printf("%s tiny: logit std %.2f, %zu distinct tokens in a greedy continuation of %zu\n",
+              GetParam(), logit_std, distinct.size(), out.size());
+  EXPECT_GE(distinct.size(), 4u) << "greedy continuation collapses to few tokens";
+}
+
+INSTANTIATE_TEST_SUITE_P(Arch, SynthForward, ::testing::Values("qwen2", "qwen3"));
+
+// ---- the command ---------------------------------------------------------------------------
+
+struct CmdResult {
+  int exit_code = -1;
+  std::string out;
+};
+
+CmdResult run_cmd(const std::string& args) {
+  CmdResult r;
+  FILE* p = ::popen(("MINFER_LOG=info " + test::minfer_bin() + " " + args + " 2>&1").c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  size_t n = 0;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int status = ::pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+TEST(SynthCommand, writes_a_model_that_loads) {
+  MINFER_REQUIRE_SHARED(kVocab);
+  const auto dir = test::temp_dir();
+  const auto out = dir / "m.gguf";
+  const CmdResult r = run_cmd("synth --arch qwen2 --preset tiny --type f16 --seed 3 --vocab " +
+                              test::shared_path(kVocab).string() + " -o " + out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_CONTAINS(r.out, "qwen2 tiny");
+  EXPECT_EQ(Model::load(out.string())->weight("blk.0.attn_q.weight").type, TensorType::F16);
+}
+
+TEST(SynthCommand, bad_inputs_give_one_line_errors_naming_the_value) {
+  MINFER_REQUIRE_SHARED(kVocab);
+  const auto dir = test::temp_dir();
+  const std::string vocab = " --vocab " + test::shared_path(kVocab).string();
+  const std::string out = " -o " + (dir / "m.gguf").string();
+  struct Case {
+    std::string args;
+    std::string message;
+  };
+  const Case cases[] = {
+      {"--arch qwen2 --preset tiny --type q3_X" + vocab + out, "unknown type 'q3_X'"},
+      {"--arch qwen2 --preset huge --type q8_0" + vocab + out, "unknown preset 'huge' for qwen2"},
+      {"--arch gpt2 --preset tiny --type q8_0" + vocab + out, "unknown architecture 'gpt2'"},
+      {"--arch qwen2 --preset tiny --type q8_0 --vocab " + (dir / "nope.gguf").string() + out,
+       "vocab file " + (dir / "nope.gguf").string() + " does not exist"},
+      {"--arch qwen2 --preset tiny --type q8_0" + vocab + " -o " + (dir / "x" / "m.gguf").string(),
+       (dir / "x" / "m.gguf").string()},
+  };
+  for (const Case& c : cases) {
+    const CmdResult r = run_cmd("synth " + c.args);
+    EXPECT_EQ(r.exit_code, 1) << c.args;
+    EXPECT_CONTAINS(r.out, "minfer: error: ");
+    EXPECT_CONTAINS(r.out, c.message);
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir / "m.gguf"));
+}
+
+}  // namespace
+}  // namespace minfer::convert

@@ -1,0 +1,52 @@
+// `minfer quantize IN OUT --type T [--threads N] [--pure]`: rewrite a GGUF model with its weight
+// matrices in another type (llama-quantize's per-tensor policy; src/convert/quantize_model.h).
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "commands.h"
+#include "convert/quantize_model.h"
+#include "core/log.h"
+
+namespace minfer::cli {
+namespace {
+
+struct QuantizeArgs {
+  std::string input;
+  std::string output;
+  std::string type;
+  int threads = 0;
+  bool pure = false;
+};
+
+void run(const QuantizeArgs& a) {
+  convert::QuantizeOptions opt;
+  opt.input = a.input;
+  opt.output = a.output;
+  opt.ftype = parse_file_type(a.type);  // before opening anything: a bad type fails at once
+  opt.n_threads = a.threads;
+  opt.pure = a.pure;
+  const auto t0 = std::chrono::steady_clock::now();
+  const convert::QuantizeReport r = convert::quantize_model(opt);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  log_info("wrote {} ({}): {} tensors ({} converted, {} copied, {} fallback), {:.2f} MiB -> "
+           "{:.2f} MiB in {:.1f} s",
+           a.output, file_type_name(opt.ftype), r.n_tensors, r.n_converted, r.n_copied,
+           r.n_fallback, static_cast<double>(r.bytes_in) / 1048576.0,
+           static_cast<double>(r.bytes_out) / 1048576.0, s);
+}
+
+}  // namespace
+
+void add_quantize_command(CLI::App& app) {
+  auto args = std::make_shared<QuantizeArgs>();
+  auto* cmd = app.add_subcommand("quantize", "Rewrite a GGUF model with its weights in another type");
+  cmd->add_option("input", args->input, "GGUF model to read")->required();
+  cmd->add_option("output", args->output, "GGUF file to write")->required();
+  cmd->add_option("--type", args->type, "target: " + file_type_names())->required();
+  cmd->add_option("-t,--threads", args->threads, "threads (default: all cores)");
+  cmd->add_flag("--pure", args->pure, "no per-tensor mix rules: every matrix gets the base type");
+  cmd->callback([args] { run(*args); });
+}
+
+}  // namespace minfer::cli

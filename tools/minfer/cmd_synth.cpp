@@ -1,0 +1,70 @@
+// `minfer synth --arch A --preset P --type T --seed N --vocab FILE -o OUT`: write a model with a
+// public model's exact shape and metadata and seeded random weights (src/convert/synth.h).
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "commands.h"
+#include "convert/synth.h"
+#include "core/log.h"
+
+namespace minfer::cli {
+namespace {
+
+struct SynthArgs {
+  std::string arch;
+  std::string preset;
+  std::string type;
+  std::string vocab;
+  std::string output;
+  uint64_t seed = 0;
+  int threads = 0;
+  bool pure = false;
+};
+
+std::string preset_list() {
+  std::string s;
+  for (const convert::SynthPreset& p : convert::synth_presets())
+    s += fmt::format("{}{} {}", s.empty() ? "" : ", ", p.arch, p.name);
+  return s;
+}
+
+void run(const SynthArgs& a) {
+  convert::SynthOptions opt;
+  opt.arch = a.arch;
+  opt.preset = a.preset;
+  opt.ftype = parse_file_type(a.type);
+  (void)convert::find_synth_preset(a.arch, a.preset);  // fail fast on a bad name
+  opt.vocab = a.vocab;
+  opt.output = a.output;
+  opt.seed = a.seed;
+  opt.n_threads = a.threads;
+  opt.pure = a.pure;
+  const auto t0 = std::chrono::steady_clock::now();
+  const convert::SynthReport r = convert::synth_model(opt);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  log_info("wrote {} ({} {}, {}): {} parameters, {:.2f} MiB of tensors, vocab {} tokens padded to "
+           "{}, seed {}, in {:.1f} s",
+           a.output, r.preset->arch, r.preset->name, file_type_name(opt.ftype), r.n_params,
+           static_cast<double>(r.bytes) / 1048576.0, r.vocab_tokens, r.preset->n_vocab, a.seed, s);
+}
+
+}  // namespace
+
+void add_synth_command(CLI::App& app) {
+  auto args = std::make_shared<SynthArgs>();
+  auto* cmd = app.add_subcommand(
+      "synth", "Write a model with a public model's shape and seeded random weights");
+  cmd->add_option("--arch", args->arch, "qwen2 or qwen3")->required();
+  cmd->add_option("--preset", args->preset, "shape: " + preset_list())->required();
+  cmd->add_option("--type", args->type, "weight type: " + file_type_names())->required();
+  cmd->add_option("--vocab", args->vocab, "tokenizer source: a GGUF with tokenizer.* keys or a tokenizer.json")
+      ->required();
+  cmd->add_option("-o,--output", args->output, "GGUF file to write")->required();
+  cmd->add_option("--seed", args->seed, "random seed")->capture_default_str();
+  cmd->add_option("-t,--threads", args->threads, "threads (default: all cores)");
+  cmd->add_flag("--pure", args->pure, "no per-tensor mix rules: every matrix gets the base type");
+  cmd->callback([args] { run(*args); });
+}
+
+}  // namespace minfer::cli
