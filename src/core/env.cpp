@@ -18,6 +18,8 @@ constexpr std::array kTable = {
     EnvVar{"MINFER_CACHE_TYPE", "", "KV cache format when --cache-type is not given: f32, f16 or q8_0"},
     EnvVar{"MINFER_CUDA_FAIL_LAUNCH", "",
            "test only: make the CUDA launch whose site name matches this value fail (failure injection)"},
+    EnvVar{"MINFER_CUDA_PROFILE", "0",
+           "1: time every CUDA node with events (direct launches, no graphs); print a table per op class at exit"},
     EnvVar{"MINFER_DISABLE_CUDA", "0", "1: behave as if no CUDA device were present"},
     EnvVar{"MINFER_LOG", "info", "log level: error, warn, info, debug"},
     EnvVar{"MINFER_NO_CPU_PACK", "0", "1: CPU matmuls read the weights in place (no packed copies)"},

@@ -61,12 +61,14 @@ CudaBackend::CudaBackend() : ctx_(CudaContext::instance()) {
                                        cuda_error_text(e)));
   }
   fault_host_[0] = fault_host_[1] = 0;
-  graphs_enabled_ = !env_flag("MINFER_NO_CUDA_GRAPH");
+  profile_ = env_flag("MINFER_CUDA_PROFILE");
+  graphs_enabled_ = !env_flag("MINFER_NO_CUDA_GRAPH") && !profile_;
   prefill_capture_ = !env_flag("MINFER_NO_PREFILL_CAPTURE");
   stats_.enabled = graphs_enabled_;
 }
 
 CudaBackend::~CudaBackend() {
+  print_profile();
   // Nothing can be reported from a destructor; calls that fail clear their own latch only.
   const auto quiet = [](cudaError_t e) {
     if (e != cudaSuccess) cudaGetLastError();

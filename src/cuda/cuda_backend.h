@@ -103,6 +103,10 @@ class CudaBackend final : public graph::Backend {
   size_t node_scratch_bytes(const graph::Graph& g, const graph::Node& n) const;
   void run_node(const graph::Graph& g, const graph::ExecPlan& plan, graph::NodeId id);
   void run_direct(const graph::Graph& g, const graph::ExecPlan& plan, size_t begin, size_t end);
+  /// MINFER_CUDA_PROFILE=1: run_direct with an event pair around every node; the device time of
+  /// each (op, weight type, shape) class is summed and printed when the backend is destroyed.
+  void run_profiled(const graph::Graph& g, const graph::ExecPlan& plan, size_t begin, size_t end);
+  void print_profile() const;
 
   // cuda_graphs.cpp
   Mode choose_mode(const graph::Graph& g, const graph::ExecPlan& plan, size_t begin, size_t end,
@@ -144,6 +148,14 @@ class CudaBackend final : public graph::Backend {
   std::map<GraphKey, KeyState> keys_;
   uint64_t use_clock_ = 0;
   GraphStats stats_;
+
+  struct ProfileEntry {
+    double ms = 0.0;
+    uint64_t count = 0;
+  };
+  bool profile_ = false;
+  std::map<std::string, ProfileEntry> profile_entries_;
+  double profile_total_ms_ = 0.0;
 };
 
 /// A new CudaBackend (throws minfer::Error when CUDA is disabled or no device is present).

@@ -355,7 +355,63 @@ void CudaBackend::run_node(const Graph& g, const graph::ExecPlan& plan, NodeId i
 }
 
 void CudaBackend::run_direct(const Graph& g, const graph::ExecPlan& plan, size_t begin, size_t end) {
+  if (profile_) return run_profiled(g, plan, begin, end);
   for (size_t i = begin; i < end; ++i) run_node(g, plan, static_cast<NodeId>(i));
+}
+
+namespace {
+// "MatMul q4_K 3584x18944 n1": the op, the weight type and shape of matrix ops, the token count.
+std::string profile_class(const Graph& g, const Node& n) {
+  std::string key(graph::op_name(n.op));
+  const int src_w = n.op == Op::MatMul ? 0 : (n.op == Op::FusedQKV || n.op == Op::FusedFFN) ? 1 : -1;
+  if (src_w >= 0) {
+    const Node& w = g.node(n.src[static_cast<size_t>(src_w)]);
+    key += fmt::format(" {} {}x{}", type_name(w.type), w.ne[0], w.ne[1]);
+  }
+  if (n.op == Op::Attn) key += fmt::format(" kv{}", n.p.n_kv);
+  key += fmt::format(" n{}", n.op == Op::Attn || n.op == Op::Rope ? n.ne[1] : n.ne[1]);
+  return key;
+}
+}  // namespace
+
+void CudaBackend::run_profiled(const Graph& g, const graph::ExecPlan& plan, size_t begin, size_t end) {
+  std::vector<std::pair<std::string, std::pair<cudaEvent_t, cudaEvent_t>>> marks;
+  for (size_t i = begin; i < end; ++i) {
+    const Node& n = g.nodes()[i];
+    if (n.dead || graph::op_is_leaf(n.op) || graph::op_is_alias(n.op)) continue;
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    cudaEventRecord(a, stream_);
+    run_node(g, plan, static_cast<NodeId>(i));
+    cudaEventRecord(b, stream_);
+    marks.push_back({profile_class(g, n), {a, b}});
+  }
+  cudaStreamSynchronize(stream_);
+  for (auto& [key, ev] : marks) {
+    float ms = 0.0f;
+    cudaEventElapsedTime(&ms, ev.first, ev.second);
+    ProfileEntry& e = profile_entries_[key];
+    e.ms += ms;
+    e.count++;
+    profile_total_ms_ += ms;
+    cudaEventDestroy(ev.first);
+    cudaEventDestroy(ev.second);
+  }
+}
+
+void CudaBackend::print_profile() const {
+  if (!profile_ || profile_entries_.empty()) return;
+  std::vector<std::pair<double, std::string>> rows;
+  for (const auto& [k, e] : profile_entries_) rows.push_back({e.ms, k});
+  std::sort(rows.rbegin(), rows.rend());
+  std::fprintf(stderr, "cuda profile (device time between events around each node, direct launches):\n");
+  std::fprintf(stderr, "%10s %7s %9s %10s  %s\n", "total ms", "share", "count", "us/call", "class");
+  for (const auto& [ms, k] : rows) {
+    const ProfileEntry& e = profile_entries_.at(k);
+    std::fprintf(stderr, "%10.3f %6.1f%% %9llu %10.2f  %s\n", ms, 100.0 * ms / profile_total_ms_,
+                 static_cast<unsigned long long>(e.count), 1000.0 * ms / static_cast<double>(e.count), k.c_str());
+  }
 }
 
 }  // namespace minfer::cuda
