@@ -11,6 +11,7 @@
 #include <set>
 #include <random>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "convert/quantize_model.h"
 #include "gguf_test_util.h"
@@ -128,7 +129,9 @@ double rel_rmse_bound(T type) {
 class Quantize : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new std::filesystem::path(std::filesystem::temp_directory_path() / "minfer_test_quantize");
+    // One folder per process: ctest runs each test as its own process, in parallel.
+    dir_ = new std::filesystem::path(std::filesystem::temp_directory_path() /
+                                     ("minfer_test_quantize_" + std::to_string(::getpid())));
     std::filesystem::remove_all(*dir_);
     std::filesystem::create_directories(*dir_);
     write_small_qwen2(*dir_ / "src.gguf", SmallModel{});
@@ -279,6 +282,24 @@ TEST(QuantizeFallback, rows_not_divisible_by_256_get_the_fallback_type_and_a_not
                   "written as q5_0";
   EXPECT_TRUE(found);
   EXPECT_NO_THROW(Model::load((dir / "odd-q4km.gguf").string()));
+}
+
+TEST(QuantizeOneD, one_dimensional_tensors_in_another_type_are_written_as_f32) {
+  const auto dir = test::temp_dir();
+  gguf::GgufWriter w;
+  w.set_string("general.architecture", "qwen2");
+  std::vector<uint16_t> half(64, 0x3C00);  // f16 1.0
+  std::vector<uint8_t> bytes(half.size() * 2);
+  std::memcpy(bytes.data(), half.data(), bytes.size());
+  w.add_tensor_bytes("blk.0.attn_norm.weight", T::F16, std::vector<int64_t>{64}, bytes);
+  w.write((dir / "in.gguf").string());
+  const QuantizeReport r = quantize(dir / "in.gguf", dir / "out.gguf", "q8_0");
+  EXPECT_EQ(r.n_converted, 1u);
+  const auto f = gguf::GgufFile::open((dir / "out.gguf").string());
+  const gguf::TensorInfo& t = f->tensors()[0];
+  ASSERT_EQ(t.type, T::F32);
+  const std::vector<float> v = dequantize(t);
+  for (float x : v) EXPECT_EQ(x, 1.0f);
 }
 
 // ---- the command ---------------------------------------------------------------------------

@@ -264,7 +264,10 @@ TEST_P(SynthForward, tiny_preset_runs_with_spread_logits_and_a_varied_greedy_con
   const std::set<int32_t> distinct(out.begin(), out.end());
   std::printf("%s tiny: logit std %.2f, %zu distinct tokens in a greedy continuation of %zu\n",
               GetParam(), logit_std, distinct.size(), out.size());
-  EXPECT_GE(distinct.size(), 4u) << "greedy continuation collapses to few tokens";
+  // kSynthAttnGain and kSynthResidualGain keep greedy decoding from settling into runs of one
+  // token (measured here: 18 distinct of 24 for qwen2, 24 for qwen3). Half is the bound, so a
+  // kernel that changes the last bits of the logits cannot flip the verdict.
+  EXPECT_GE(distinct.size(), 12u) << "greedy continuation collapses to few tokens";
 }
 
 INSTANTIATE_TEST_SUITE_P(Arch, SynthForward, ::testing::Values("qwen2", "qwen3"));
