@@ -23,6 +23,17 @@ namespace {
 
 using T = TensorType;
 
+/// A scratch folder for one test (test::temp_dir()), removed when the test ends: these tests
+/// write model files of tens of megabytes.
+struct ScratchDir {
+  std::filesystem::path path = test::temp_dir();
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+
 struct SmallModel {
   int64_t n_embd = 256, n_ff = 512, n_vocab = 512, kv_dim = 128;
   int n_layer = 8;
@@ -257,7 +268,8 @@ TEST_F(Quantize, requantizing_is_allowed_and_reported) {
 }
 
 TEST(QuantizeFallback, rows_not_divisible_by_256_get_the_fallback_type_and_a_note) {
-  const auto dir = test::temp_dir();
+  const ScratchDir scratch;
+  const auto& dir = scratch.path;
   SmallModel m;
   m.n_embd = 320;  // 10 * 32, not a multiple of 256
   m.n_ff = 512;
@@ -285,7 +297,8 @@ TEST(QuantizeFallback, rows_not_divisible_by_256_get_the_fallback_type_and_a_not
 }
 
 TEST(QuantizeOneD, one_dimensional_tensors_in_another_type_are_written_as_f32) {
-  const auto dir = test::temp_dir();
+  const ScratchDir scratch;
+  const auto& dir = scratch.path;
   gguf::GgufWriter w;
   w.set_string("general.architecture", "qwen2");
   std::vector<uint16_t> half(64, 0x3C00);  // f16 1.0
@@ -325,7 +338,8 @@ CmdResult run_cmd(const std::string& args) {
 size_t count_lines(const std::string& s) { return static_cast<size_t>(std::count(s.begin(), s.end(), '\n')); }
 
 TEST(QuantizeCommand, prints_fallback_warnings_and_requantize_warning) {
-  const auto dir = test::temp_dir();
+  const ScratchDir scratch;
+  const auto& dir = scratch.path;
   SmallModel m;
   m.n_embd = 320;
   m.kv_dim = 64;
@@ -345,7 +359,8 @@ TEST(QuantizeCommand, prints_fallback_warnings_and_requantize_warning) {
 }
 
 TEST(QuantizeCommand, bad_inputs_give_one_line_errors_naming_the_value) {
-  const auto dir = test::temp_dir();
+  const ScratchDir scratch;
+  const auto& dir = scratch.path;
   write_small_qwen2(dir / "src.gguf", SmallModel{});
   const std::string src = (dir / "src.gguf").string();
 
@@ -385,7 +400,8 @@ TEST(QuantizeCommand, bad_inputs_give_one_line_errors_naming_the_value) {
 
 TEST(QuantizeCommand, quantized_demo_model_loads_and_keeps_tensor_shapes) {
   MINFER_REQUIRE_SHARED("models/minfer-demo-py-q8_0.gguf");
-  const auto dir = test::temp_dir();
+  const ScratchDir scratch;
+  const auto& dir = scratch.path;
   const std::string in = test::shared_path("models/minfer-demo-py-q8_0.gguf").string();
   const auto path = dir / "demo-q4km.gguf";
   const QuantizeReport r = quantize(in, path, "q4_K_M");
