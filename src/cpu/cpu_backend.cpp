@@ -138,7 +138,7 @@ void CpuBackend::move_rows(void* base, uint64_t row_bytes, int64_t src, int64_t 
 }
 
 void CpuBackend::execute(const graph::Graph& g, const graph::ExecPlan& plan, size_t begin, size_t end) {
-  const OpContext c{g, plan, pool_, work_,
+  const OpContext c{g, plan, pool_, work_, work2_, fwork_,
                     [this](const Node& wn, const void* data) { return packed_weight(wn, data); }};
   for (size_t i = begin; i < end; ++i) {
     const Node& n = g.nodes()[i];

@@ -61,7 +61,10 @@ class CpuBackend : public graph::Backend {
   std::map<uint64_t, std::vector<int32_t>> free_;  ///< bytes -> free buffer ids
   uint64_t generation_ = 0;
   uint64_t pool_bytes_ = 0;
-  std::vector<uint8_t> work_;  ///< per-op scratch (quantized activations, partial sums)
+  // Per-op scratch, kept between ops and calls so a forward pass allocates (and page-faults)
+  // nothing after the first: quantized activations, and f32 intermediates of fused ops.
+  std::vector<uint8_t> work_, work2_;
+  std::vector<float> fwork_;
 
   /// Packed (row-interleaved) copies of the weights, made on first use and kept for the life of
   /// the backend, keyed by the weight's data pointer (src/cpu/simd/README.md). Once a weight is
