@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/fp16.h"
 #include "cpu/simd/cpu_features.h"
+#include "cpu/simd/exp_ref.h"
 #include "cpu/simd/kernels.h"
 #include "quant/quant.h"
 
@@ -190,6 +191,38 @@ TEST(CpuSimdFloat, dot_and_axpy_stay_within_the_documented_tolerance) {
         const double t2 = std::ldexp(1.0, -24) * (std::fabs(y[i]) + std::fabs(static_cast<double>(a) * y[i])) * 2;
         EXPECT_LE(std::fabs(z1[i] - e1), t1);
         EXPECT_LE(std::fabs(z2[i] - e2), t2);
+      }
+    }
+  }
+}
+
+TEST(CpuSimdFloat, exp_shift_is_bit_identical_at_every_level_and_within_kExpTol_of_exp) {
+  std::mt19937 g(21);
+  std::uniform_real_distribution<float> ud(-90.0f, 1.0f);
+  std::vector<float> base;
+  for (int i = 0; i < 4099; ++i) base.push_back(ud(g));
+  // Edges: masked cells, the underflow threshold, exact zeros, rounding ties of t * log2(e).
+  for (float v : {-INFINITY, -87.33654f, -87.3365f, -87.34f, 0.0f, -0.0f, -0.5f * 0.69314718f,
+                  -1e-30f, -3.4657359f, 0.5f, 88.0f})
+    base.push_back(v);
+  const float shift = 0.25f;
+  std::vector<float> want;
+  for (SimdLevel lv : levels()) {
+    const CpuKernels& kk = cpu::simd::cpu_kernels(lv);
+    for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{9}, static_cast<int64_t>(base.size())}) {
+      std::vector<float> x(base.begin(), base.begin() + n);
+      kk.exp_shift(n, x.data(), shift);
+      for (int64_t i = 0; i < n; ++i) {
+        const float t = base[static_cast<size_t>(i)] - shift;
+        EXPECT_EQ(std::bit_cast<uint32_t>(x[static_cast<size_t>(i)]),
+                  std::bit_cast<uint32_t>(cpu::simd::exp_softmax(t)))
+            << "level " << static_cast<int>(lv) << " t=" << t;
+        const double e = std::exp(static_cast<double>(t));
+        if (t < cpu::simd::ExpConst::kMin) {
+          EXPECT_EQ(x[static_cast<size_t>(i)], 0.0f) << "t=" << t;
+        } else {
+          EXPECT_LE(std::fabs(x[static_cast<size_t>(i)] - e), cpu::simd::kExpTol * e) << "t=" << t;
+        }
       }
     }
   }

@@ -20,6 +20,8 @@ void kv_row_to_f32(TensorType type, const void* region, int64_t row_len, int64_t
   const uint8_t* src = static_cast<const uint8_t*>(region) + static_cast<size_t>(row) * rb;
   if (type == TensorType::F32) {
     std::memcpy(dst, src, rb);
+  } else if (type == TensorType::F16) {  // SIMD conversion, bit-identical to core/fp16.h
+    simd::cpu_kernels().f16_to_f32(reinterpret_cast<const uint16_t*>(src), dst, row_len);
   } else {
     type_traits(type).dequantize_row(src, dst, row_len);
   }
@@ -38,11 +40,17 @@ void op_kv_store(const OpContext& c, const Node& n) {
   for (int64_t t = 0; t < n_tok; ++t)
     if (cells[t] < 0 || cells[t] >= n_cells)
       fail("node {}: KV cell {} out of range [0, {})", n.name, cells[t], n_cells);
+  // f16 through the SIMD row conversion and q8_0 through the SIMD activation quantizer: both
+  // give the reference bytes (cpu/simd/kernels.h), so the cache holds the same bits either way.
+  const simd::CpuKernels& kk = simd::cpu_kernels();
   const TypeTraits* tt = nr.type == TensorType::F32 ? nullptr : &type_traits(nr.type);
+  const simd::TypeKernels* q8 = nr.type == TensorType::Q8_0 ? &kk.get(TensorType::Q8_0) : nullptr;
   c.pool.parallel_for(n_tok, 1, [&](int64_t t0, int64_t t1, int) {
     for (int64_t t = t0; t < t1; ++t) {
       uint8_t* dst = region + static_cast<size_t>(cells[t]) * rb;
       if (tt == nullptr) std::memcpy(dst, src + t * d, rb);
+      else if (nr.type == TensorType::F16) kk.f32_to_f16(src + t * d, reinterpret_cast<uint16_t*>(dst), d);
+      else if (q8 != nullptr && q8->vec_dot_type == TensorType::Q8_0) q8->quantize_act(src + t * d, dst, d);
       else tt->quantize_row(src + t * d, dst, d);
     }
   });
@@ -141,7 +149,8 @@ void op_attn(const OpContext& c, const Node& n, float* out) {
       f32k.gemm_tile(hd, kf + g * hd, static_cast<size_t>(k_stride) * sizeof(float), bhi,
                      q + (t0 * n_head + h) * hd, static_cast<size_t>(n_head * hd) * sizeof(float), tb,
                      sbuf.data(), bhi);
-      // Masked softmax numerators per token (cells in index order), sums in double.
+      // Masked softmax numerators per token (exp_softmax of simd/exp_ref.h), sums in double in
+      // cell order.
       for (int64_t t = 0; t < tb; ++t) {
         float* srow = sbuf.data() + t * bhi;
         float mx = -INFINITY;
@@ -154,10 +163,11 @@ void op_attn(const OpContext& c, const Node& n, float* out) {
           mx = std::max(mx, srow[cell]);
         }
         double sum = 0.0;
-        for (int64_t cell = 0; cell < bhi; ++cell) {
-          const float p = srow[cell] == -INFINITY ? 0.0f : std::exp(srow[cell] - mx);
-          srow[cell] = p;
-          sum += p;
+        if (mx == -INFINITY) {  // this token sees no cell of the block's window
+          std::fill(srow, srow + bhi, 0.0f);
+        } else {
+          kk.exp_shift(bhi, srow, mx);  // masked (-inf) cells become exact zeros
+          for (int64_t cell = 0; cell < bhi; ++cell) sum += srow[cell];
         }
         sums[static_cast<size_t>(t)] = sum;
       }

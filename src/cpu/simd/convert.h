@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "core/fp16.h"
+#include "cpu/simd/exp_ref.h"
 #include "cpu/simd/isa.h"
 #include "quant/blocks.h"
 #include "quant/quant_ref.h"
@@ -274,6 +275,40 @@ inline void axpy_f16(int64_t n, float a, const uint16_t* x, float* y) {
   for (; i + 8 <= n; i += 8)
     _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_cvtph_ps(loadu128(x + i)), _mm256_loadu_ps(y + i)));
   for (; i < n; ++i) y[i] = std::fma(a, _cvtsh_ss(x[i]), y[i]);
+}
+
+/// exp_softmax (exp_ref.h) on 8 lanes: the same single-rounded operations in the same order.
+inline __m256 exp_softmax_ps(__m256 t) {
+  using C = ExpConst;
+  const __m256 valid = _mm256_cmp_ps(t, _mm256_set1_ps(C::kMin), _CMP_GE_OQ);
+  t = _mm256_min_ps(_mm256_max_ps(t, _mm256_set1_ps(C::kMin)), _mm256_set1_ps(C::kMax));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(t, _mm256_set1_ps(C::kLog2e)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-C::kLn2Hi), t);
+  r = _mm256_fmadd_ps(n, _mm256_set1_ps(-C::kLn2Lo), r);
+  __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(C::kC6), r, _mm256_set1_ps(C::kC5));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(C::kC4));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(C::kC3));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(C::kC2));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), valid);
+}
+
+/// x[i] = exp_softmax(x[i] - shift) for i < n (the tail through a padded vector, so every
+/// element takes the vector path).
+inline void exp_shift(int64_t n, float* x, float shift) {
+  const __m256 s = _mm256_set1_ps(shift);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(x + i, exp_softmax_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), s)));
+  if (i < n) {
+    float tail[8];
+    for (int l = 0; l < 8; ++l) tail[l] = i + l < n ? x[i + l] : shift;
+    _mm256_storeu_ps(tail, exp_softmax_ps(_mm256_sub_ps(_mm256_loadu_ps(tail), s)));
+    for (int64_t l = 0; i + l < n; ++l) x[i + l] = tail[l];
+  }
 }
 
 }  // namespace minfer::cpu::simd::MINFER_SIMD_NS

@@ -71,6 +71,7 @@ void fill(CpuKernels& k) {
   k.dot_f32_f16 = dot_f32_f16;
   k.axpy_f32 = axpy_f32;
   k.axpy_f16 = axpy_f16;
+  k.exp_shift = exp_shift;
   fill_packed(k);
 }
 

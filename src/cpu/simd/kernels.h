@@ -119,6 +119,9 @@ struct CpuKernels {
   void (*axpy_f32)(int64_t n, float a, const float* x, float* y) = nullptr;
   /// As axpy_f32 with x a row of halves; same tolerance.
   void (*axpy_f16)(int64_t n, float a, const uint16_t* x, float* y) = nullptr;
+  /// x[i] = exp_softmax(x[i] - shift) (cpu/simd/exp_ref.h): softmax numerators, 0 for masked
+  /// (-inf) cells; relative error <= kExpTol; bit-identical at every level.
+  void (*exp_shift)(int64_t n, float* x, float shift) = nullptr;
 };
 
 /// Relative bound of dot_f32 / dot_f32_f16 per element of the sum (see above): 2^-23.

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/fp16.h"
+#include "cpu/simd/exp_ref.h"
 #include "cpu/simd/levels.h"
 #include "quant/quant.h"
 #include "quant/quant_ref.h"
@@ -56,6 +57,9 @@ void axpy_f32(int64_t n, float a, const float* x, float* y) {
 void axpy_f16(int64_t n, float a, const uint16_t* x, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * fp16_to_fp32(x[i]);
 }
+void exp_shift(int64_t n, float* x, float shift) {
+  for (int64_t i = 0; i < n; ++i) x[i] = exp_softmax(x[i] - shift);
+}
 
 template <TensorType T, VecDotFn Dot, QuantizeActFn Q>
 TypeKernels entry() {
@@ -94,6 +98,7 @@ void fill_scalar(CpuKernels& k) {
   k.dot_f32_f16 = dot_f32_f16;
   k.axpy_f32 = axpy_f32;
   k.axpy_f16 = axpy_f16;
+  k.exp_shift = exp_shift;
 }
 
 }  // namespace minfer::cpu::simd::detail
