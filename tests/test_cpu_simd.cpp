@@ -240,6 +240,14 @@ void check_packed(const CpuKernels& kk, TensorType t, int64_t k, int64_t rows, i
   packed.back() = 0x5A;
   tk.pack(k, w.data(), wb, rows, packed.data());
   ASSERT_EQ(packed.back(), 0x5A) << "pack wrote past packed_bytes";
+  // Chunked packing (whole groups at a time, as the CPU backend does) gives the same bytes.
+  std::vector<uint8_t> chunked(packed.size(), 0xA5);
+  const int64_t chunk = tk.pack_rows * 2;
+  for (int64_t r0 = 0; r0 < rows; r0 += chunk)
+    tk.pack(k, w.data() + static_cast<size_t>(r0) * wb, wb, std::min(chunk, rows - r0),
+            chunked.data() + tk.packed_bytes(k, r0));
+  chunked.back() = 0x5A;
+  ASSERT_EQ(chunked, packed) << level_str(kk.level) << " " << type_name(t) << " rows=" << rows;
   const int64_t out_stride = nr + 1;
   std::vector<float> out(static_cast<size_t>(out_stride * nc), -7.0f);
   tk.gemm_packed(k, packed.data(), rows, row0, nr, a.data(), ab, nc, out.data(), out_stride);

@@ -57,7 +57,10 @@ using GemmTileFn = void (*)(int64_t k, const void* w, size_t w_row_bytes, int64_
 using PackedBytesFn = size_t (*)(int64_t k, int64_t rows);
 
 /// Writes the packed form of `rows` rows of k elements (standard layout at w, w_row_bytes apart)
-/// to dst (packed_bytes(k, rows) bytes, any alignment). Throws like gemm_tile for bad arguments.
+/// to dst (packed_bytes(k, rows) bytes, any alignment). The layout is group after group of
+/// pack_rows rows, so rows [r0, r0 + n) with r0 a multiple of pack_rows, packed on their own into
+/// dst + packed_bytes(k, r0), give the same bytes as packing all rows at once (chunked packing).
+/// Throws like gemm_tile for bad arguments.
 using PackFn = void (*)(int64_t k, const void* w, size_t w_row_bytes, int64_t rows, void* dst);
 
 /// out[(j - row0) + t * out_stride] = vec_dot(k, W row j, A row t) for row0 <= j < row0 + nr,
