@@ -11,6 +11,7 @@
 # to minfer_tests. When $OUT is set (the device tool), the log is also written to $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+[[ ! -d .device && -f .device.tar.xz ]] && tar -xJf .device.tar.xz
 root=$PWD
 mode=auto
 filter='Cuda*:*/Cuda*:WeightPlacement.*'

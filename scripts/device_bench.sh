@@ -10,7 +10,8 @@
 #              MODELS_DIR (default /tmp/minfer-models).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-vocab=$1 out=$2 specs=$3
+[[ ! -d .device && -f .device.tar.xz ]] && tar -xJf .device.tar.xz
+vocab=$1 out=$2 specs=$3  # vocab: any GGUF with tokenizer.* keys (e.g. models/minfer-demo-py-q6_K.gguf)
 shift 3
 bench_opts=("$@")
 [[ ${#bench_opts[@]} -eq 0 ]] && bench_opts=(-p 512 -n 128 -r 5)

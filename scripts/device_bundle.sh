@@ -6,7 +6,8 @@
 #   .device/bin/bench_cuda_matmul, bench_cuda_mmq  the device micro-benchmarks
 #   .device/lib/*.so*                              shared libraries the binaries load that are
 #                                                  not part of the device's base system (ldd)
-# Then on the device: scripts/cuda_test.sh (it finds .device/ and sets LD_LIBRARY_PATH).
+# Then on the device: scripts/cuda_test.sh (it finds .device/ or unpacks .device.tar.xz, and sets
+# LD_LIBRARY_PATH). Carry either .device or .device.tar.xz (smaller).
 #
 #   scripts/device_bundle.sh                 # archs from MINFER_CUDA_ARCHS (default 90a)
 #   MINFER_CUDA_ARCHS="80;89;90a;120" scripts/device_bundle.sh
@@ -36,5 +37,8 @@ for bin in "${bins[@]}"; do
   done
 done
 cp scripts/cuda_test.sh .device/
-echo "device_bundle: $(du -sh .device | cut -f1) in .device/:"
+# The transfer to the device machine is size-limited: also pack the bundle (xz shrinks the
+# fatbins ~5x). scripts/cuda_test.sh and device_bench.sh unpack it when .device/ is absent.
+tar -cf - .device | xz -T0 -6 > .device.tar.xz
+echo "device_bundle: $(du -sh .device | cut -f1) in .device/, $(du -sh .device.tar.xz | cut -f1) packed in .device.tar.xz:"
 ls -l .device/bin .device/lib

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 scripts/install_deps.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DMINFER_BUILD_TESTS=OFF -DMINFER_BUILD_BENCH=OFF >/dev/null
 cmake --build build -j"$(nproc)" --target minfer
-model=models/minfer-demo-py.gguf
+model=models/minfer-demo-py-q6_K.gguf
 if [[ $# -eq 0 ]]; then
   set -- -p $'def fibonacci(n):\n' -n 96 --temp 0
 fi

@@ -33,6 +33,8 @@ struct SynthSpec {
   uint32_t n_ctx_train = 4096;
   float rope_theta = 1e6f;
   uint32_t seed = 1;
+  std::string omit_tensor;         ///< leave this tensor out (error tests)
+  std::string wrong_shape_tensor;  ///< give this tensor one extra row (error tests)
 };
 
 /// Writes the model to `dir`/synth-<arch>-<type>.gguf and returns the path.
@@ -66,10 +68,13 @@ inline std::filesystem::path write_synth_model(const SynthSpec& s, const std::fi
     const std::vector<float> v = values(n, sigma, mean);
     std::vector<uint8_t> bytes(v.size() * sizeof(float));
     std::memcpy(bytes.data(), v.data(), bytes.size());
+    if (name == s.omit_tensor) return;
     const int64_t ne[1] = {n};
     w.add_tensor_bytes(name, TensorType::F32, ne, bytes);
   };
   const auto mat = [&](const std::string& name, int64_t k, int64_t m, float sigma) {
+    if (name == s.omit_tensor) return;
+    if (name == s.wrong_shape_tensor) ++m;
     const std::vector<float> v = values(k * m, sigma, 0.0f);
     const size_t rb = row_bytes(s.type, k);
     std::vector<uint8_t> bytes(rb * static_cast<size_t>(m));

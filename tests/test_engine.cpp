@@ -15,16 +15,14 @@
 #include "models/model.h"
 #include "sampling/sampler.h"
 #include "test_util.h"
-#include "tiny_model.h"
+#include "synth_model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace minfer {
 namespace {
 
-std::shared_ptr<Model> tiny(const test::TinyModelSpec& spec, const std::string& name) {
-  const auto path = (test::temp_dir() / (name + ".gguf")).string();
-  test::write_tiny_model(path, spec);
-  return Model::load(path);
+std::shared_ptr<Model> tiny(const test::SynthSpec& spec) {
+  return Model::load(test::write_synth_model(spec, test::temp_dir()).string());
 }
 
 EngineConfig cpu_config(TensorType kv = TensorType::F32, int32_t ubatch = 512) {
@@ -51,10 +49,10 @@ const std::vector<int32_t> kPrompt = {11, 200, 37, 5, 480, 99, 123, 7, 310, 42, 
 class TypedIdentity : public ::testing::TestWithParam<std::pair<std::string, TensorType>> {};
 
 TEST_P(TypedIdentity, OneBatchUbatchesAndTokenByTokenGiveBitwiseEqualLogits) {
-  test::TinyModelSpec spec;
+  test::SynthSpec spec;
   spec.arch = GetParam().first;
   spec.type = GetParam().second;
-  auto model = tiny(spec, "m");
+  auto model = tiny(spec);
   Engine whole(model, cpu_config());
   Engine split(model, cpu_config(TensorType::F32, 5));
   Engine single(model, cpu_config());
@@ -146,8 +144,8 @@ TEST(KvFormats, F16AndQ8_0StayWithinTheirToleranceClasses) {
 }
 
 TEST(KvCompaction, RemovingASequenceAndCompactingKeepsTheOtherBitwise) {
-  test::TinyModelSpec spec;
-  auto model = tiny(spec, "m");
+  test::SynthSpec spec;
+  auto model = tiny(spec);
   // Engine A holds two interleaved sequences; engine B only ever sees sequence 1.
   Engine a(model, cpu_config());
   Engine b(model, cpu_config());
@@ -206,34 +204,30 @@ void expect_error(const std::function<void()>& f, const std::vector<std::string>
 }
 
 TEST(ModelErrors, MissingTensorIsNamed) {
-  test::TinyModelSpec spec;
+  test::SynthSpec spec;
   spec.omit_tensor = "blk.1.ffn_up.weight";
-  expect_error([&] { tiny(spec, "m"); }, {"missing tensor blk.1.ffn_up.weight"});
+  expect_error([&] { tiny(spec); }, {"missing tensor blk.1.ffn_up.weight"});
 }
 
 TEST(ModelErrors, WrongShapeIsNamedWithBothShapes) {
-  test::TinyModelSpec spec;
+  test::SynthSpec spec;
   spec.wrong_shape_tensor = "blk.0.attn_k.weight";
-  expect_error([&] { tiny(spec, "m"); }, {"blk.0.attn_k.weight", "[256, 129]", "expected [256, 128]"});
+  expect_error([&] { tiny(spec); }, {"blk.0.attn_k.weight", "[256, 129]", "expected [256, 128]"});
 }
 
 TEST(ModelErrors, UnsupportedArchitectureIsNamed) {
-  test::TinyModelSpec spec;
+  test::SynthSpec spec;
   spec.arch = "llama";
-  expect_error([&] { tiny(spec, "m"); }, {"architecture 'llama' is not supported"});
+  expect_error([&] { tiny(spec); }, {"architecture 'llama' is not supported"});
 }
 
 TEST(ModelErrors, UnsupportedWeightTypeIsNamed) {
-  test::TinyModelSpec spec;
+  test::SynthSpec spec;
   spec.type = TensorType::Q8_0;
-  const auto path = (test::temp_dir() / "m.gguf").string();
-  test::write_tiny_model(path, spec);
-  // Rewrite one tensor's type id in place: Q8_0 (8) -> Q2_K (10) is not supported. Find it via
-  // the reader and patch the type field of its info record.
-  auto f = gguf::GgufFile::open(path);
-  ASSERT_NE(f->find_tensor("blk.0.attn_q.weight"), nullptr);
-  f.reset();
-  // Simpler and robust: write a model whose q weight is q2_K-typed bytes of the right size.
+  const auto dir = test::temp_dir();
+  const auto path = test::write_synth_model(spec, dir).string();
+  // Copy the model with the q weight of layer 0 replaced by q2_K bytes of the right size: a
+  // type the file format knows and minfer has no kernels for.
   gguf::GgufWriter w;
   auto src = gguf::GgufFile::open(path);
   for (const auto& kv : src->metadata()) w.set_value(kv.key, kv.value);
@@ -249,14 +243,15 @@ TEST(ModelErrors, UnsupportedWeightTypeIsNamed) {
       w.add_tensor_bytes(t.name, t.type, ne, std::span(t.data, t.nbytes));
     }
   }
-  const auto path2 = (test::temp_dir() / "m2.gguf").string();
+  ASSERT_NE(src->find_tensor("blk.0.attn_q.weight"), nullptr);
+  const auto path2 = (dir / "m2.gguf").string();
   w.write(path2);
   expect_error([&] { Model::load(path2); }, {"blk.0.attn_q.weight", "q2_K", "not support"});
 }
 
 TEST(EngineErrors, ContextOverflowAndBadTokensAreErrorsAndLeaveTheCacheIntact) {
-  test::TinyModelSpec spec;
-  auto model = tiny(spec, "m");
+  test::SynthSpec spec;
+  auto model = tiny(spec);
   EngineConfig cfg = cpu_config();
   cfg.n_ctx = 16;
   Engine e(model, cfg);

@@ -11,6 +11,7 @@
 #include <set>
 #include <random>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "convert/quantize_model.h"
 #include "gguf_test_util.h"
@@ -21,6 +22,17 @@ namespace minfer::convert {
 namespace {
 
 using T = TensorType;
+
+/// A scratch folder for one test (test::temp_dir()), removed when the test ends: these tests
+/// write model files of tens of megabytes.
+struct ScratchDir {
+  std::filesystem::path path = test::temp_dir();
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
 
 struct SmallModel {
   int64_t n_embd = 256, n_ff = 512, n_vocab = 512, kv_dim = 128;
@@ -128,7 +140,9 @@ double rel_rmse_bound(T type) {
 class Quantize : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new std::filesystem::path(std::filesystem::temp_directory_path() / "minfer_test_quantize");
+    // One folder per process: ctest runs each test as its own process, in parallel.
+    dir_ = new std::filesystem::path(std::filesystem::temp_directory_path() /
+                                     ("minfer_test_quantize_" + std::to_string(::getpid())));
     std::filesystem::remove_all(*dir_);
     std::filesystem::create_directories(*dir_);
     write_small_qwen2(*dir_ / "src.gguf", SmallModel{});
@@ -254,7 +268,8 @@ TEST_F(Quantize, requantizing_is_allowed_and_reported) {
 }
 
 TEST(QuantizeFallback, rows_not_divisible_by_256_get_the_fallback_type_and_a_note) {
-  const auto dir = test::temp_dir();
+  const ScratchDir scratch;
+  const auto& dir = scratch.path;
   SmallModel m;
   m.n_embd = 320;  // 10 * 32, not a multiple of 256
   m.n_ff = 512;
@@ -281,6 +296,25 @@ TEST(QuantizeFallback, rows_not_divisible_by_256_get_the_fallback_type_and_a_not
   EXPECT_NO_THROW(Model::load((dir / "odd-q4km.gguf").string()));
 }
 
+TEST(QuantizeOneD, one_dimensional_tensors_in_another_type_are_written_as_f32) {
+  const ScratchDir scratch;
+  const auto& dir = scratch.path;
+  gguf::GgufWriter w;
+  w.set_string("general.architecture", "qwen2");
+  std::vector<uint16_t> half(64, 0x3C00);  // f16 1.0
+  std::vector<uint8_t> bytes(half.size() * 2);
+  std::memcpy(bytes.data(), half.data(), bytes.size());
+  w.add_tensor_bytes("blk.0.attn_norm.weight", T::F16, std::vector<int64_t>{64}, bytes);
+  w.write((dir / "in.gguf").string());
+  const QuantizeReport r = quantize(dir / "in.gguf", dir / "out.gguf", "q8_0");
+  EXPECT_EQ(r.n_converted, 1u);
+  const auto f = gguf::GgufFile::open((dir / "out.gguf").string());
+  const gguf::TensorInfo& t = f->tensors()[0];
+  ASSERT_EQ(t.type, T::F32);
+  const std::vector<float> v = dequantize(t);
+  for (float x : v) EXPECT_EQ(x, 1.0f);
+}
+
 // ---- the command ---------------------------------------------------------------------------
 
 struct CmdResult {
@@ -304,7 +338,8 @@ CmdResult run_cmd(const std::string& args) {
 size_t count_lines(const std::string& s) { return static_cast<size_t>(std::count(s.begin(), s.end(), '\n')); }
 
 TEST(QuantizeCommand, prints_fallback_warnings_and_requantize_warning) {
-  const auto dir = test::temp_dir();
+  const ScratchDir scratch;
+  const auto& dir = scratch.path;
   SmallModel m;
   m.n_embd = 320;
   m.kv_dim = 64;
@@ -324,7 +359,8 @@ TEST(QuantizeCommand, prints_fallback_warnings_and_requantize_warning) {
 }
 
 TEST(QuantizeCommand, bad_inputs_give_one_line_errors_naming_the_value) {
-  const auto dir = test::temp_dir();
+  const ScratchDir scratch;
+  const auto& dir = scratch.path;
   write_small_qwen2(dir / "src.gguf", SmallModel{});
   const std::string src = (dir / "src.gguf").string();
 
@@ -364,7 +400,8 @@ TEST(QuantizeCommand, bad_inputs_give_one_line_errors_naming_the_value) {
 
 TEST(QuantizeCommand, quantized_demo_model_loads_and_keeps_tensor_shapes) {
   MINFER_REQUIRE_SHARED("models/minfer-demo-py-q8_0.gguf");
-  const auto dir = test::temp_dir();
+  const ScratchDir scratch;
+  const auto& dir = scratch.path;
   const std::string in = test::shared_path("models/minfer-demo-py-q8_0.gguf").string();
   const auto path = dir / "demo-q4km.gguf";
   const QuantizeReport r = quantize(in, path, "q4_K_M");

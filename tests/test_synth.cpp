@@ -2,6 +2,7 @@
 // metadata, vocabulary padding, determinism, a forward pass of the tiny presets, and errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -19,6 +20,26 @@
 
 namespace minfer::convert {
 namespace {
+
+/// A scratch folder for one test, removed when the test ends: these tests write model files of
+/// tens of megabytes. Named like test::temp_dir()'s, with the '/' of a parameterized test's name
+/// replaced so the folder is not nested.
+struct ScratchDir {
+  std::filesystem::path path = flat_temp_dir();
+  static std::filesystem::path flat_temp_dir() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    std::string name = std::string("minfer_test_") + info->test_suite_name() + "_" + info->name();
+    std::replace(name.begin(), name.end(), '/', '_');
+    const auto dir = std::filesystem::temp_directory_path() / name;
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    return dir;
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
 
 constexpr const char* kVocab = "fixtures/tokenizer/ggml-vocab-qwen2.gguf";
 
@@ -108,7 +129,8 @@ TEST(SynthRandom, values_have_mean_0_and_std_1_and_depend_on_seed_and_name) {
 
 TEST(Synth, metadata_has_llama_cpp_keys_and_the_preset_values) {
   MINFER_REQUIRE_SHARED(kVocab);
-  const auto dir = test::temp_dir();
+  const ScratchDir scratch;
+  const auto& dir = scratch.path;
   synth("qwen3", "tiny", "q8_0", dir / "m.gguf");
   const auto f = gguf::GgufFile::open((dir / "m.gguf").string());
   EXPECT_EQ(f->get_string("general.architecture"), "qwen3");
@@ -149,7 +171,8 @@ TEST(Synth, metadata_has_llama_cpp_keys_and_the_preset_values) {
 
 TEST(SynthVocab, short_vocabularies_are_padded_with_user_defined_pad_tokens) {
   MINFER_REQUIRE_SHARED(kVocab);
-  const auto dir = test::temp_dir();
+  const ScratchDir scratch;
+  const auto& dir = scratch.path;
   gguf::GgufWriter w;
   const int64_t n_tokens = add_vocab_metadata(w, test::shared_path(kVocab).string(), 152064);
   EXPECT_EQ(n_tokens, 151936);
@@ -176,7 +199,8 @@ bool same(std::span<const std::string_view> a, std::span<const std::string_view>
 
 TEST(SynthVocab, tokenizer_json_gives_the_same_tokens_as_the_gguf_vocabulary) {
   MINFER_REQUIRE_SHARED(kVocab);
-  const auto dir = test::temp_dir();
+  const ScratchDir scratch;
+  const auto& dir = scratch.path;
   const auto vf = gguf::GgufFile::open(test::shared_path(kVocab).string());
   const tok::VocabData d = tok::vocab_from_gguf(*vf);
   test::write_tokenizer_json(d, dir / "tokenizer.json", /*pair_merges=*/false);
@@ -194,7 +218,8 @@ TEST(SynthVocab, tokenizer_json_gives_the_same_tokens_as_the_gguf_vocabulary) {
 
 TEST(Synth, same_seed_gives_same_bytes_for_any_thread_count) {
   MINFER_REQUIRE_SHARED(kVocab);
-  const auto dir = test::temp_dir();
+  const ScratchDir scratch;
+  const auto& dir = scratch.path;
   synth("qwen2", "tiny-odd", "q4_K_M", dir / "a.gguf", 11, 1);
   synth("qwen2", "tiny-odd", "q4_K_M", dir / "b.gguf", 11, 2);
   synth("qwen2", "tiny-odd", "q4_K_M", dir / "c.gguf", 12, 2);
@@ -211,7 +236,8 @@ TEST(Synth, same_seed_gives_same_bytes_for_any_thread_count) {
 
 TEST(Synth, odd_preset_reports_fallbacks_and_loads) {
   MINFER_REQUIRE_SHARED(kVocab);
-  const auto dir = test::temp_dir();
+  const ScratchDir scratch;
+  const auto& dir = scratch.path;
   const SynthReport r = synth("qwen2", "tiny-odd", "q4_K_M", dir / "m.gguf");
   // Rows of 320 (attn_q, attn_k, attn_v, attn_output, ffn_gate, ffn_up) and of 832 (ffn_down)
   // in both layers; token_embd (tied) takes the output rule (q8_0), not a fallback.
@@ -247,7 +273,8 @@ class SynthForward : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(SynthForward, tiny_preset_runs_with_spread_logits_and_a_varied_greedy_continuation) {
   MINFER_REQUIRE_SHARED(kVocab);
-  const auto dir = test::temp_dir();
+  const ScratchDir scratch;
+  const auto& dir = scratch.path;
   synth(GetParam(), "tiny", "q8_0", dir / "m.gguf");
   auto model = Model::load((dir / "m.gguf").string());
   EngineConfig cfg;
@@ -264,7 +291,10 @@ TEST_P(SynthForward, tiny_preset_runs_with_spread_logits_and_a_varied_greedy_con
   const std::set<int32_t> distinct(out.begin(), out.end());
   std::printf("%s tiny: logit std %.2f, %zu distinct tokens in a greedy continuation of %zu\n",
               GetParam(), logit_std, distinct.size(), out.size());
-  EXPECT_GE(distinct.size(), 4u) << "greedy continuation collapses to few tokens";
+  // kSynthAttnGain and kSynthResidualGain keep greedy decoding from settling into runs of one
+  // token (measured here: 18 distinct of 24 for qwen2, 24 for qwen3). Half is the bound, so a
+  // kernel that changes the last bits of the logits cannot flip the verdict.
+  EXPECT_GE(distinct.size(), 12u) << "greedy continuation collapses to few tokens";
 }
 
 INSTANTIATE_TEST_SUITE_P(Arch, SynthForward, ::testing::Values("qwen2", "qwen3"));
@@ -290,7 +320,8 @@ CmdResult run_cmd(const std::string& args) {
 
 TEST(SynthCommand, writes_a_model_that_loads) {
   MINFER_REQUIRE_SHARED(kVocab);
-  const auto dir = test::temp_dir();
+  const ScratchDir scratch;
+  const auto& dir = scratch.path;
   const auto out = dir / "m.gguf";
   const CmdResult r = run_cmd("synth --arch qwen2 --preset tiny --type f16 --seed 3 --vocab " +
                               test::shared_path(kVocab).string() + " -o " + out.string());
@@ -301,7 +332,8 @@ TEST(SynthCommand, writes_a_model_that_loads) {
 
 TEST(SynthCommand, bad_inputs_give_one_line_errors_naming_the_value) {
   MINFER_REQUIRE_SHARED(kVocab);
-  const auto dir = test::temp_dir();
+  const ScratchDir scratch;
+  const auto& dir = scratch.path;
   const std::string vocab = " --vocab " + test::shared_path(kVocab).string();
   const std::string out = " -o " + (dir / "m.gguf").string();
   struct Case {

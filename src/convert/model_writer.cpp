@@ -11,6 +11,7 @@ namespace minfer::convert {
 
 void write_model(gguf::GgufWriter& w, std::vector<TensorJob> jobs, const std::string& path,
                  int n_threads, bool progress, const std::string& label) {
+  MINFER_CHECK(n_threads >= 0, "thread count {} is negative", n_threads);
   const int threads = n_threads > 0 ? n_threads : default_thread_count();
   auto pool = std::make_shared<ThreadPool>(threads);
   const auto elements = [](const TensorJob& j) {

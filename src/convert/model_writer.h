@@ -24,10 +24,11 @@ struct TensorJob {
   std::span<const uint8_t> raw;   ///< bytes already in `type`, copied verbatim when non-empty
 };
 
-/// Adds `jobs` to `w` in order and writes `path`. Encoding runs on `n_threads` threads
-/// (0: default_thread_count()). `label` heads the progress bar, drawn when `progress` is true
-/// and stderr is a terminal. Throws what GgufWriter::add_tensor / write throw (the output path is
-/// then left untouched) and what encode_rows throws, prefixed with the tensor name.
+/// Adds `jobs` to `w` in order and writes `path`. Encoding runs on `n_threads` threads (0:
+/// default_thread_count(); negative or above 1024: minfer::Error naming the count). `label`
+/// heads the progress bar, drawn when `progress` is true and stderr is a terminal. Throws what
+/// GgufWriter::add_tensor / write throw (the output path is then left untouched) and what
+/// encode_rows throws, prefixed with the tensor name.
 void write_model(gguf::GgufWriter& w, std::vector<TensorJob> jobs, const std::string& path,
                  int n_threads, bool progress, const std::string& label);
 

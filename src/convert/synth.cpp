@@ -84,7 +84,11 @@ void add_hparams(gguf::GgufWriter& w, const SynthPreset& p, uint64_t seed) {
 SynthScale synth_scale(std::string_view name, int64_t ne0, int64_t n_embd) {
   if (name == "token_embd.weight" || name == "output.weight")
     return {0.0f, kSynthLogitStd / std::sqrt(static_cast<float>(n_embd))};
+  if (ends_with(name, "attn_q_norm.weight") || ends_with(name, "attn_k_norm.weight"))
+    return {kSynthAttnGain, 0.05f * kSynthAttnGain};
   if (ends_with(name, "_norm.weight")) return {1.0f, 0.05f};
+  if (ends_with(name, "attn_q.weight") || ends_with(name, "attn_k.weight"))
+    return {0.0f, kSynthAttnGain / std::sqrt(static_cast<float>(ne0))};
   if (ends_with(name, "attn_output.weight") || ends_with(name, "ffn_down.weight"))
     return {0.0f, kSynthResidualGain / std::sqrt(static_cast<float>(ne0))};
   if (ends_with(name, ".bias")) return {0.0f, 0.1f};

@@ -20,6 +20,17 @@ using graph::Op;
 CpuBackend::CpuBackend(int n_threads)
     : pool_(n_threads > 0 ? n_threads : default_thread_count()), pack_enabled_(!env_flag("MINFER_NO_CPU_PACK")) {}
 
+void CpuBackend::register_weight(const graph::WeightTensor& w) {
+  // Pack now (the engine shows progress) instead of at the first MatMul.
+  Node n;
+  n.op = Op::Weight;
+  n.type = w.type;
+  n.ne = w.ne;
+  n.name = w.name;
+  n.weight = &w;
+  if (w.n_dims >= 2 && simd::cpu_kernels().find(w.type) != nullptr) packed_weight(n, w.data);
+}
+
 PackedWeight CpuBackend::packed_weight(const Node& wn, const void* data) {
   if (!pack_enabled_ || wn.op != Op::Weight) return {};
   auto it = packed_.find(data);
@@ -36,14 +47,12 @@ PackedWeight CpuBackend::packed_weight(const Node& wn, const void* data) {
   p.view = PackedWeight{p.mem.get(), rows, tk.pack_rows};
   packed_bytes_ += bytes;
   // The packed copy replaces the mapped bytes for every MatMul: let the kernel drop the
-  // original's pages from this process (they are clean file pages; a later read maps them
-  // again). Weights that GetRows also reads (a tied embedding) keep theirs.
-  if (gathered_.count(data) == 0) {
-    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-    const auto begin = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
-    const auto end = (reinterpret_cast<uintptr_t>(data) + wn.weight->nbytes) / page * page;
-    if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
-  }
+  // original's pages from this process (clean file pages; a later read maps them in again, so
+  // an embedding that GetRows also reads only brings back the rows it gathers).
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto begin = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
+  const auto end = (reinterpret_cast<uintptr_t>(data) + wn.weight->nbytes) / page * page;
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
   return p.view;
 }
 
@@ -129,11 +138,7 @@ void CpuBackend::move_rows(void* base, uint64_t row_bytes, int64_t src, int64_t 
 }
 
 void CpuBackend::execute(const graph::Graph& g, const graph::ExecPlan& plan, size_t begin, size_t end) {
-  for (size_t i = begin; i < end; ++i) {
-    const Node& n = g.nodes()[i];
-    if (!n.dead && n.op == Op::GetRows && g.node(n.src[0]).op == Op::Weight) gathered_.insert(plan.src_data(g, n, 0));
-  }
-  const OpContext c{g, plan, pool_, work_,
+  const OpContext c{g, plan, pool_, work_, work2_, fwork_,
                     [this](const Node& wn, const void* data) { return packed_weight(wn, data); }};
   for (size_t i = begin; i < end; ++i) {
     const Node& n = g.nodes()[i];

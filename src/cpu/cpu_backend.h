@@ -34,6 +34,8 @@ class CpuBackend : public graph::Backend {
   void* buffer_ptr(int32_t id) const override;
   uint64_t pool_generation() const override { return generation_; }
   const void* weight_data(const graph::WeightTensor& w) override { return w.data; }
+  /// Makes the packed copy of a matrix weight now (see packed_weight) rather than at first use.
+  void register_weight(const graph::WeightTensor& w) override;
 
   void upload(void* dst, const void* src, uint64_t bytes) override;
   void download(void* dst, const void* src, uint64_t bytes) override;
@@ -59,18 +61,20 @@ class CpuBackend : public graph::Backend {
   std::map<uint64_t, std::vector<int32_t>> free_;  ///< bytes -> free buffer ids
   uint64_t generation_ = 0;
   uint64_t pool_bytes_ = 0;
-  std::vector<uint8_t> work_;  ///< per-op scratch (quantized activations, partial sums)
+  // Per-op scratch, kept between ops and calls so a forward pass allocates (and page-faults)
+  // nothing after the first: quantized activations, and f32 intermediates of fused ops.
+  std::vector<uint8_t> work_, work2_;
+  std::vector<float> fwork_;
 
   /// Packed (row-interleaved) copies of the weights, made on first use and kept for the life of
   /// the backend, keyed by the weight's data pointer (src/cpu/simd/README.md). Once a weight is
-  /// packed, its mapped original is released from memory (madvise) unless a GetRows reads it.
+  /// packed, its mapped original's pages are released from this process (madvise).
   PackedWeight packed_weight(const graph::Node& weight_node, const void* data);
   struct Packed {
     std::unique_ptr<uint8_t, void (*)(void*)> mem{nullptr, nullptr};
     PackedWeight view;
   };
   std::unordered_map<const void*, Packed> packed_;
-  std::unordered_set<const void*> gathered_;  ///< weights read by GetRows in executed graphs
   uint64_t packed_bytes_ = 0;
   bool pack_enabled_;
 };

@@ -23,8 +23,10 @@ struct OpContext {
   const graph::Graph& g;
   const graph::ExecPlan& plan;
   ThreadPool& pool;
-  std::vector<uint8_t>& work;  ///< scratch, grown as needed, 64-byte aligned start not promised
-  PackedLookup packed;         ///< may be empty (no packing)
+  std::vector<uint8_t>& work;   ///< scratch for quantized activations (grow-only, kept by the backend)
+  std::vector<uint8_t>& work2;  ///< a second quantized-activation scratch (fused ops)
+  std::vector<float>& fwork;    ///< f32 scratch (fused ops' intermediates)
+  PackedLookup packed;          ///< may be empty (no packing)
 
   const graph::Node& src_node(const graph::Node& n, int i) const { return g.node(n.src[static_cast<size_t>(i)]); }
   template <typename T = float>

@@ -57,12 +57,14 @@ void op_kv_load(const OpContext& c, const Node& n, float* out) {
   });
 }
 
-// For each token t and query head h (KV head h / (n_head / n_head_kv)):
-//   s_c = scale * dot(q[t,h], K[c, kvh])  for visible cells c, softmax over them,
-//   out[t,h] = sum_c p_c V[c, kvh].
-// f32 and f16 regions are read in place by the SIMD dot/axpy helpers (src/cpu/simd); q8_0 rows
-// are dequantized per (cell, KV head) into a small scratch. The cells are visited in index
-// order for every token, so a token's result does not depend on how the batch was split.
+// Attention as two matrix products per (query head, block of tokens), so prefill runs at GEMM
+// speed: S = Q K^T over the cells [0, hi) that any token of the block can see, a masked softmax
+// per token row, O = P V. K of each KV head is read as f32 rows (f32 regions in place, f16/q8_0
+// converted once per op over the used window), V is converted transposed (rows of n_kv cells per
+// dimension) so P V is a row-by-row dot product too. Both products use the SIMD gemm_tile of F32
+// weights, whose result for a (row, token) pair does not depend on how many tokens or rows a
+// call covers (the accumulation contract of quant_ref.h), and extra masked cells only add exact
+// zeros, so a token's output is bitwise the same whether the batch held 1 token or 512.
 void op_attn(const OpContext& c, const Node& n, float* out) {
   const Node& nk = c.src_node(n, 1);
   const Node& nv = c.src_node(n, 2);
@@ -80,65 +82,94 @@ void op_attn(const OpContext& c, const Node& n, float* out) {
   const int64_t group = n_head / n_head_kv;
   const float scale = n.p.scale;
   const simd::CpuKernels& kk = simd::cpu_kernels();
+  const simd::TypeKernels& f32k = kk.get(TensorType::F32);
   const size_t k_row = row_bytes(nk.type, kv_dim), v_row = row_bytes(nv.type, kv_dim);
-  // Byte offset of KV head kvh inside a row (q8_0: head_dim is a multiple of 32, so a head
-  // starts on a block boundary).
-  const auto head_offset = [&](TensorType t, int64_t kvh) { return row_bytes(t, kvh * hd); };
-  if (nk.type == TensorType::Q8_0 || nv.type == TensorType::Q8_0)
-    if (hd % 32 != 0) fail("node {}: q8_0 KV needs head_dim a multiple of 32, is {}", n.name, hd);
+  constexpr int64_t kTokenBlock = 32;
 
-  c.pool.parallel_for(n_tok * n_head, 1, [&](int64_t w0, int64_t w1, int) {
-    std::vector<float> scores(static_cast<size_t>(n_kv));
-    std::vector<float> acc(static_cast<size_t>(hd)), tmp(static_cast<size_t>(hd));
-    for (int64_t w = w0; w < w1; ++w) {
-      const int64_t t = w / n_head, h = w % n_head, kvh = h / group;
-      const float* qv = q + (t * n_head + h) * hd;
-      const size_t ko = head_offset(nk.type, kvh), vo = head_offset(nv.type, kvh);
-      float mx = -INFINITY;
-      for (int64_t cell = 0; cell < n_kv; ++cell) {
-        const bool visible = kv_pos[cell] >= 0 && kv_seq[cell] == seq[t] && kv_pos[cell] <= pos[t];
-        if (!visible) {
-          scores[static_cast<size_t>(cell)] = -INFINITY;
-          continue;
-        }
-        const uint8_t* kr = kreg + static_cast<size_t>(cell) * k_row + ko;
-        float s;
-        if (nk.type == TensorType::F32) {
-          s = kk.dot_f32(hd, qv, reinterpret_cast<const float*>(kr));
-        } else if (nk.type == TensorType::F16) {
-          s = kk.dot_f32_f16(hd, qv, reinterpret_cast<const uint16_t*>(kr));
-        } else {
-          type_traits(nk.type).dequantize_row(kr, tmp.data(), hd);
-          s = kk.dot_f32(hd, qv, tmp.data());
-        }
-        s *= scale;
-        scores[static_cast<size_t>(cell)] = s;
-        mx = std::max(mx, s);
+  // Visible cells: hi[t] = 1 + the last cell token t may attend to (0 when none).
+  std::vector<int64_t> hi(static_cast<size_t>(n_tok), 0);
+  const auto visible = [&](int64_t t, int64_t cell) {
+    return kv_pos[cell] >= 0 && kv_seq[cell] == seq[t] && kv_pos[cell] <= pos[t];
+  };
+  int64_t hi_all = 0;
+  for (int64_t t = 0; t < n_tok; ++t) {
+    for (int64_t cell = n_kv - 1; cell >= 0; --cell)
+      if (visible(t, cell)) {
+        hi[static_cast<size_t>(t)] = cell + 1;
+        break;
       }
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      float* o = out + (t * n_head + h) * hd;
-      if (mx == -INFINITY) {  // no visible cell: defined as zeros
-        std::copy(acc.begin(), acc.end(), o);
+    hi_all = std::max(hi_all, hi[static_cast<size_t>(t)]);
+  }
+
+  // K as f32 rows (in place when the region is f32), V transposed: vt[g][d][cell].
+  const float* kf = reinterpret_cast<const float*>(kreg);
+  int64_t k_stride = kv_dim;  // floats between cells of kf
+  const size_t k_elems = nk.type == TensorType::F32 ? 0 : static_cast<size_t>(hi_all * kv_dim);
+  const size_t v_elems = static_cast<size_t>(kv_dim * hi_all);
+  if (c.fwork.size() < k_elems + v_elems) c.fwork.resize(k_elems + v_elems);
+  float* kbuf = c.fwork.data();
+  float* vt = c.fwork.data() + k_elems;
+  c.pool.parallel_for(hi_all, 16, [&](int64_t r0, int64_t r1, int) {
+    std::vector<float> row(static_cast<size_t>(kv_dim));
+    for (int64_t cell = r0; cell < r1; ++cell) {
+      if (k_elems != 0) kv_row_to_f32(nk.type, kreg, kv_dim, cell, kbuf + cell * kv_dim);
+      const uint8_t* vr = vreg + static_cast<size_t>(cell) * v_row;
+      if (nv.type == TensorType::F32) std::memcpy(row.data(), vr, v_row);
+      else type_traits(nv.type).dequantize_row(vr, row.data(), kv_dim);
+      for (int64_t d = 0; d < kv_dim; ++d) vt[d * hi_all + cell] = row[static_cast<size_t>(d)];
+    }
+  });
+  if (k_elems != 0) kf = kbuf;
+  (void)k_row;
+
+  const int64_t n_blocks = (n_tok + kTokenBlock - 1) / kTokenBlock;
+  c.pool.parallel_for(n_head * n_blocks, 1, [&](int64_t w0, int64_t w1, int) {
+    std::vector<float> sbuf, pbuf;
+    std::vector<double> sums(static_cast<size_t>(kTokenBlock));
+    for (int64_t w = w0; w < w1; ++w) {
+      const int64_t h = w / n_blocks, b = w % n_blocks, g = h / group;
+      const int64_t t0 = b * kTokenBlock, tb = std::min(kTokenBlock, n_tok - t0);
+      int64_t bhi = 0;
+      for (int64_t t = t0; t < t0 + tb; ++t) bhi = std::max(bhi, hi[static_cast<size_t>(t)]);
+      float* o0 = out + (t0 * n_head + h) * hd;
+      if (bhi == 0) {  // no token of the block sees a cell: defined as zeros
+        for (int64_t t = 0; t < tb; ++t) std::fill(o0 + t * n_head * hd, o0 + t * n_head * hd + hd, 0.0f);
         continue;
       }
-      double sum = 0.0;
-      for (int64_t cell = 0; cell < n_kv; ++cell) {
-        const float s = scores[static_cast<size_t>(cell)];
-        if (s == -INFINITY) continue;
-        const float p = std::exp(s - mx);
-        sum += p;
-        const uint8_t* vr = vreg + static_cast<size_t>(cell) * v_row + vo;
-        if (nv.type == TensorType::F32) {
-          kk.axpy_f32(hd, p, reinterpret_cast<const float*>(vr), acc.data());
-        } else if (nv.type == TensorType::F16) {
-          kk.axpy_f16(hd, p, reinterpret_cast<const uint16_t*>(vr), acc.data());
-        } else {
-          type_traits(nv.type).dequantize_row(vr, tmp.data(), hd);
-          kk.axpy_f32(hd, p, tmp.data(), acc.data());
+      sbuf.resize(static_cast<size_t>(tb * bhi));
+      // S[t][cell] = dot(K row cell, q row t).
+      f32k.gemm_tile(hd, kf + g * hd, static_cast<size_t>(k_stride) * sizeof(float), bhi,
+                     q + (t0 * n_head + h) * hd, static_cast<size_t>(n_head * hd) * sizeof(float), tb,
+                     sbuf.data(), bhi);
+      // Masked softmax numerators per token (cells in index order), sums in double.
+      for (int64_t t = 0; t < tb; ++t) {
+        float* srow = sbuf.data() + t * bhi;
+        float mx = -INFINITY;
+        for (int64_t cell = 0; cell < bhi; ++cell) {
+          if (!visible(t0 + t, cell)) {
+            srow[cell] = -INFINITY;
+            continue;
+          }
+          srow[cell] *= scale;
+          mx = std::max(mx, srow[cell]);
         }
+        double sum = 0.0;
+        for (int64_t cell = 0; cell < bhi; ++cell) {
+          const float p = srow[cell] == -INFINITY ? 0.0f : std::exp(srow[cell] - mx);
+          srow[cell] = p;
+          sum += p;
+        }
+        sums[static_cast<size_t>(t)] = sum;
       }
-      const float inv = static_cast<float>(1.0 / sum);
-      for (int64_t i = 0; i < hd; ++i) o[i] = acc[static_cast<size_t>(i)] * inv;
+      // O[t][d] = dot(V^T row d, P row t), written straight into the output, then 1/sum.
+      f32k.gemm_tile(bhi, vt + g * hd * hi_all, static_cast<size_t>(hi_all) * sizeof(float), hd, sbuf.data(),
+                     static_cast<size_t>(bhi) * sizeof(float), tb, o0, n_head * hd);
+      for (int64_t t = 0; t < tb; ++t) {
+        float* o = o0 + t * n_head * hd;
+        const double sum = sums[static_cast<size_t>(t)];
+        const float inv = sum > 0.0 ? static_cast<float>(1.0 / sum) : 0.0f;
+        for (int64_t d = 0; d < hd; ++d) o[d] *= inv;
+      }
     }
   });
 }

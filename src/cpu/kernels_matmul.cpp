@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <span>
 
 #include "core/error.h"
 #include "cpu/kernels.h"
@@ -73,14 +74,13 @@ void op_fused_qkv(const OpContext& c, const Node& n, float* out) {
   const Node& nx = c.src_node(n, 0);
   const int64_t k = nx.ne[0];
   const int64_t n_tok = nx.n_elements() / k;
-  std::vector<uint8_t> local;
   QuantizedActs xq{};
   float* plane = out;
   for (int p = 0; p < 3; ++p) {
     const Node& nw = c.src_node(n, 1 + p);
     // Re-quantize only when this weight pairs with a different activation type.
     if (p == 0 || type_traits(nw.type).vec_dot_type != xq.type)
-      xq = quantize_activations(c.pool, p == 0 ? c.work : local, nw.type, c.src(n, 0), k, n_tok);
+      xq = quantize_activations(c.pool, p == 0 ? c.work : c.work2, nw.type, c.src(n, 0), k, n_tok);
     const int64_t m = nw.ne[1];
     const void* w = c.plan.src_data(c.g, n, 1 + p);
     matmul_quantized(c.pool, nw.type, w, m, xq, plane, m, c.packed ? c.packed(nw, w) : PackedWeight{});
@@ -104,8 +104,10 @@ void op_fused_ffn(const OpContext& c, const Node& n, float* out) {
   const int64_t k = nx.ne[0];
   const int64_t n_tok = nx.n_elements() / k;
   const int64_t ff = ng.ne[1];
-  std::vector<float> gate(static_cast<size_t>(ff * n_tok)), up(static_cast<size_t>(ff * n_tok));
-  std::vector<uint8_t> buf2;
+  const auto fn = static_cast<size_t>(ff * n_tok);
+  if (c.fwork.size() < 2 * fn) c.fwork.resize(2 * fn);
+  const std::span<float> gate(c.fwork.data(), fn), up(c.fwork.data() + fn, fn);
+  std::vector<uint8_t>& buf2 = c.work2;
   const auto weight = [&](int i) { return c.plan.src_data(c.g, n, i); };
   const auto packed = [&](int i) { return c.packed ? c.packed(c.src_node(n, i), weight(i)) : PackedWeight{}; };
   QuantizedActs xq = quantize_activations(c.pool, c.work, ng.type, c.src(n, 0), k, n_tok);

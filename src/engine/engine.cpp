@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/progress.h"
 #include "cpu/cpu_backend.h"
 
 namespace minfer {
@@ -40,10 +41,18 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineConfig& config)
   if (cfg_.n_ubatch <= 0) fail("ubatch size {} must be positive", cfg_.n_ubatch);
   if (cfg_.kv_window_granule <= 0) fail("KV window granule must be positive");
   backends_[0] = create_backend(BackendKind::Cpu, cfg_.n_threads);
-  if (cfg_.device == BackendKind::Cuda) {
-    backends_[1] = create_backend(BackendKind::Cuda, cfg_.n_threads);
-    for (const graph::WeightTensor& w : model_->weights()) backends_[1]->register_weight(w);
+  if (cfg_.device == BackendKind::Cuda) backends_[1] = create_backend(BackendKind::Cuda, cfg_.n_threads);
+  // Weights go to the engine's backend once (CUDA: upload; CPU: packed copies), with progress
+  // on a terminal.
+  uint64_t total = 0;
+  for (const graph::WeightTensor& w : model_->weights()) total += w.nbytes;
+  ProgressBar bar(cfg_.device == BackendKind::Cuda ? "uploading weights" : "preparing weights", total);
+  for (const graph::WeightTensor& w : model_->weights()) {
+    bar.set_detail(w.name);
+    backend().register_weight(w);
+    bar.advance(w.nbytes);
   }
+  bar.finish();
   kv_ = std::make_unique<KvCache>(backend(), h.n_layer, h.kv_dim(), cfg_.n_ctx, cfg_.kv_type);
 }
 

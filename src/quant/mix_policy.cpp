@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <limits>
 #include <numeric>
 
 #include "core/error.h"
@@ -92,18 +93,17 @@ int ggml_n_dims(const std::vector<int64_t>& ne) {
   return n;
 }
 
-/// layer number of "blk.N." names, -1 otherwise (weight_name_comparer's sscanf "blk.%d.").
+/// The layer number of a "blk.N." name, -1 for other names (weight_name_comparer reads it
+/// with sscanf "blk.%d."). Numbers beyond int range saturate.
 int layer_of(std::string_view name) {
   constexpr std::string_view kPrefix = "blk.";
   if (name.substr(0, kPrefix.size()) != kPrefix) return -1;
   size_t i = kPrefix.size();
-  bool neg = false;
-  if (i < name.size() && (name[i] == '-' || name[i] == '+')) neg = name[i++] == '-';
   if (i >= name.size() || !std::isdigit(static_cast<unsigned char>(name[i]))) return -1;
   int64_t v = 0;
   for (; i < name.size() && std::isdigit(static_cast<unsigned char>(name[i])); ++i)
-    v = std::min<int64_t>(v * 10 + (name[i] - '0'), int64_t{1} << 31);
-  return static_cast<int>(neg ? -v : std::min<int64_t>(v, 0x7fffffff));
+    v = std::min<int64_t>(v * 10 + (name[i] - '0'), std::numeric_limits<int>::max());
+  return static_cast<int>(v);
 }
 
 }  // namespace

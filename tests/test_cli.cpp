@@ -1,0 +1,88 @@
+// The `minfer` command end to end: a Qwen2.5-0.5B-shaped model made by `minfer synth` runs
+// `minfer run` and `minfer chat` (piped stdin), and bad input gives one line and exit status 1.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <sys/wait.h>
+#include <cstdio>
+#include <string>
+
+#include "test_util.h"
+
+namespace minfer {
+namespace {
+
+struct Result {
+  int status = -1;
+  std::string out;  // stdout and stderr together
+};
+
+Result sh(const std::string& cmd) {
+  Result r;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (p == nullptr) return r;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+std::string vocab() { return test::shared_path("fixtures/tokenizer/ggml-vocab-qwen2.gguf").string(); }
+
+TEST(Cli, SynthesizedQwen25HalfBRunsAndChatsEndToEnd) {
+  MINFER_REQUIRE_SHARED("fixtures/tokenizer/ggml-vocab-qwen2.gguf");
+  const std::string bin = test::minfer_bin();
+  const std::string model = (test::temp_dir() / "q05.gguf").string();
+  Result r = sh(bin + " synth --arch qwen2 --preset qwen2.5-0.5b --type q4_0 --seed 3 --vocab " + vocab() + " -o " + model);
+  ASSERT_EQ(r.status, 0) << r.out;
+
+  r = sh(bin + " run -m " + model + " -p 'The capital of France' -n 12 --temp 0 -t 2 -c 256");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("The capital of France"), std::string::npos) << r.out;  // the prompt is echoed
+  EXPECT_NE(r.out.find("generated 12 tokens"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("prompt 4 tokens"), std::string::npos) << r.out;
+
+  // Greedy generation is deterministic: the same command gives the same text.
+  const Result again = sh(bin + " run -m " + model + " -p 'The capital of France' -n 12 --temp 0 -t 2 -c 256");
+  const auto text = [](const std::string& s) { return s.substr(0, s.find("minfer: prompt")); };
+  EXPECT_EQ(text(again.out.substr(again.out.find("The capital"))), text(r.out.substr(r.out.find("The capital"))));
+
+  // chat from piped stdin: two turns, the second reuses the first turn's cache.
+  r = sh("printf 'hello\\nand again\\n/exit\\n' | " + bin + " chat -m " + model +
+         " -n 8 --temp 0 -t 2 -c 512 --chat-template chatml");
+  ASSERT_EQ(r.status, 0) << r.out;
+  size_t turns = 0;
+  for (size_t p = r.out.find("generated"); p != std::string::npos; p = r.out.find("generated", p + 1)) ++turns;
+  EXPECT_EQ(turns, 2u) << r.out;
+  EXPECT_NE(r.out.find("reused)"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find(" 0 reused"), r.out.rfind(" 0 reused")) << "the second turn reused nothing:\n" << r.out;
+}
+
+TEST(Cli, BadInputIsOneLineAndExitStatusOne) {
+  const std::string bin = test::minfer_bin();
+  Result r = sh(bin + " run -m /nonexistent/model.gguf -p hi");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("minfer: error: /nonexistent/model.gguf: cannot open"), std::string::npos) << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+
+  const std::string junk = (test::temp_dir() / "junk.gguf").string();
+  sh("printf 'GGUF\\x03\\x00\\x00\\x00garbage' > " + junk);
+  r = sh(bin + " run -m " + junk + " -p hi");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find(junk), std::string::npos) << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+
+  r = sh(bin + " run -m " + junk + " -p hi --cache-type q4_0");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("KV cache type 'q4_0' is not supported"), std::string::npos) << r.out;
+
+  r = sh(bin + " bench -m " + junk + " -o yaml");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("output format 'yaml'"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace minfer
