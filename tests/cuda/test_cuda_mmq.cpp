@@ -4,7 +4,8 @@
 //   (mmq_tolerance) for every quantized type, one block, partial stages and many stages; these
 //   run without a device;
 // - on a device the kernel is bit-identical to the emulation and within the bound of the CPU for
-//   awkward shapes (m and n not multiples of the 128 x 64 tile, a partial last stage), writes
+//   awkward shapes (m and n not multiples of the 128 x 64 tile, a partial last stage, the Qwen
+//   row lengths k = 896 and 4864), writes
 //   every output and nothing in the ldy padding, and serves real model shapes at n = 512;
 // - the routing: MMQ for quantized weights at n >= 9, the GEMM under MINFER_NO_MMQ=1, an injected
 //   launch failure names the mmq site.
@@ -59,6 +60,13 @@ const TensorType kMmqTypes[] = {TensorType::Q4_0, TensorType::Q4_1, TensorType::
 std::vector<int64_t> mmq_ks(TensorType type) {
   if (type_traits(type).block_size == 256) return {256, 256 * 3, 256 * 37};
   return {32, 32 * 5, 32 * 100};
+}
+
+/// The Qwen2.5-0.5B row lengths: 896 (hidden; 28 blocks, 7 full legacy stages; not a multiple
+/// of 256, so no K-quant tensor has it) and 4864 (ffn; 38 legacy stages, 19 super-blocks).
+std::vector<int64_t> qwen_ks(TensorType type) {
+  if (type_traits(type).block_size == 256) return {4864};
+  return {896, 4864};
 }
 
 /// One problem on the host: weights (a 16-byte aligned copy), activations, the CPU reference,
@@ -153,7 +161,9 @@ class CudaMmqEmulated : public ::testing::TestWithParam<TensorType> {
 TEST_P(CudaMmqEmulated, kernel_arithmetic_is_within_the_accumulation_bound_of_the_cpu) {
   const TensorType type = GetParam();
   uint32_t seed = 500 + static_cast<uint32_t>(type) * 31;
-  for (const int64_t k : mmq_ks(type))
+  std::vector<int64_t> ks = mmq_ks(type);
+  for (const int64_t k : qwen_ks(type)) ks.push_back(k);
+  for (const int64_t k : ks)
     for (const int64_t m : {int64_t{1}, int64_t{7}, int64_t{33}}) {
       const HostCase c = make_case(pool_, type, m, k, 19, seed++);
       SCOPED_TRACE(describe(c));
@@ -275,6 +285,20 @@ TEST_P(CudaMmq, is_bitwise_the_emulation_and_within_the_bound_of_the_cpu_for_awk
         if (HasFailure()) return;
       }
     }
+}
+
+TEST_P(CudaMmq, is_bitwise_the_emulation_and_within_the_bound_of_the_cpu_at_qwen_row_lengths) {
+  // k = 896 and 4864 (the 0.5B hidden and ffn sizes) with an odd row count that leaves a partial
+  // row tile and token counts that leave partial token tiles.
+  const TensorType type = GetParam();
+  uint32_t seed = 1300 + static_cast<uint32_t>(type) * 7;
+  for (const int64_t k : qwen_ks(type)) {
+    const HostCase c = make_case(pool_, type, 131, k, 200, seed++);
+    for (const int64_t n : {int64_t{9}, int64_t{77}, int64_t{200}}) {
+      check(c, n);
+      if (HasFailure()) return;
+    }
+  }
 }
 
 TEST_P(CudaMmq, serves_model_shapes_at_512_tokens) {
