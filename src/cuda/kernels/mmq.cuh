@@ -38,7 +38,11 @@ inline constexpr int kMmqBM = 128;
 inline constexpr int kMmqBN = 64;
 inline constexpr int kMmqThreads = 256;
 
-/// The smallest token count matmul() sends to MMQ (below it: the MMVQ kernels).
+/// The smallest token count matmul() sends to MMQ. Token counts 1..8 stay on the MMVQ kernels,
+/// whose results are bit-identical to the CPU's (matmul.cuh's contract, which multi-token decode
+/// steps rely on), so this cannot go below 9; above 9 the alternative is the much slower f32
+/// GEMM. Not yet measured on a device: `bench_cuda_mmq --crossover` times MMVQ (n <= 8) against
+/// MMQ (n = 1..16) per call, the numbers for revisiting the MMVQ limit.
 inline constexpr int64_t kMmqMinTokens = 9;
 
 /// True when MMQ has a kernel for weights of `type` (the quantized types above).
