@@ -3,6 +3,7 @@
 # (Ubuntu 24.04, driver and CUDA runtime but no Debian -dev packages) needs to run the device
 # tests into .device/ (git-ignored):
 #   .device/bin/minfer, .device/bin/minfer_tests   stripped, static cudart
+#   .device/bin/bench_cuda_matmul, bench_cuda_mmq  the device micro-benchmarks
 #   .device/lib/*.so*                              shared libraries the binaries load that are
 #                                                  not part of the device's base system (ldd)
 # Then on the device: scripts/cuda_test.sh (it finds .device/ or unpacks .device.tar.xz, and sets
@@ -16,17 +17,19 @@ archs=${MINFER_CUDA_ARCHS:-90a}
 jobs=${JOBS:-$(nproc)}
 cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DMINFER_CUDA=ON \
   -DMINFER_CUDA_ARCHS="$archs" -DMINFER_WERROR=ON >/dev/null
-ninja -C build-cuda -j"$jobs" minfer minfer_tests
+ninja -C build-cuda -j"$jobs" minfer minfer_tests bench_cuda_matmul bench_cuda_mmq
 
 rm -rf .device
 mkdir -p .device/bin .device/lib
-cp build-cuda/tools/minfer/minfer build-cuda/tests/minfer_tests .device/bin/
-strip --strip-unneeded .device/bin/minfer .device/bin/minfer_tests
+bins=(.device/bin/minfer .device/bin/minfer_tests .device/bin/bench_cuda_matmul .device/bin/bench_cuda_mmq)
+cp build-cuda/tools/minfer/minfer build-cuda/tests/minfer_tests build-cuda/bench/bench_cuda_matmul \
+  build-cuda/bench/bench_cuda_mmq .device/bin/
+strip --strip-unneeded "${bins[@]}"
 
 # Libraries the device has in a newer, compatible version (glibc, the C++ runtime) stay out:
 # a carried older copy would shadow them. Everything else ldd resolves is carried.
 base='^(linux-vdso|ld-linux|libc\.so|libm\.so|libstdc\+\+\.so|libgcc_s\.so|libpthread\.so|libdl\.so|librt\.so)'
-for bin in .device/bin/minfer .device/bin/minfer_tests; do
+for bin in "${bins[@]}"; do
   ldd "$bin" | awk '/=>/ {print $1, $3}' | while read -r name path; do
     [[ "$name" =~ $base ]] && continue
     [[ -f "$path" ]] || { echo "device_bundle: $bin needs $name, which ldd cannot find" >&2; exit 1; }

@@ -3,8 +3,19 @@
 // exports that returns {site, (const void*)&kernel<...>, bytes} rows.
 #include "cuda/kernels/smem_optin.cuh"
 
+#include <vector>
+
+#include "cuda/kernels/mmq.cuh"
+
 namespace minfer::cuda {
 
-std::span<const SmemOptin> smem_optins() { return {}; }
+std::span<const SmemOptin> smem_optins() {
+  static const std::vector<SmemOptin> list = [] {
+    std::vector<SmemOptin> v;
+    for (const SmemOptin& o : mm::mmq_smem_optins()) v.push_back(o);
+    return v;
+  }();
+  return list;
+}
 
 }  // namespace minfer::cuda

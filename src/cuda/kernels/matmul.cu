@@ -1,13 +1,16 @@
 // The matmul API (matmul.cuh): argument checks, the activation layout, and the choice between
-// the MMVQ kernels (n <= 8, mmvq.cuh) and the prefill GEMM (n > 8, gemm.cuh).
+// the MMVQ kernels (n <= 8, mmvq.cuh), the int8 tensor-core MMQ (n > 8, quantized weights,
+// mmq.cuh) and the prefill GEMM (n > 8 otherwise, gemm.cuh).
 #include "cuda/kernels/matmul.cuh"
 
 #include <cstring>
 #include <vector>
 
+#include "core/env.h"
 #include "core/fp16.h"
 #include "cuda/kernels/gemm.cuh"
 #include "cuda/kernels/launch.cuh"
+#include "cuda/kernels/mmq.cuh"
 #include "cuda/kernels/mmvq.cuh"
 #include "cuda/kernels/quantize_acts.cuh"
 #include "quant/blocks.h"
@@ -84,7 +87,13 @@ bool matmul(TensorType type, const void* W, int64_t k, int64_t m, const float* x
 
   const ActLayout L = mm::act_layout(kind, k, n);
   const int64_t rb = static_cast<int64_t>(row_bytes(type, k));
-  if (n > 8) return mm::launch_gemm(type, W, m, rb, L, acts, y, ldy, stream);
+  if (n > 8) {
+    // MMQ for quantized weights; the GEMM for the float types, for W that is not 16-byte
+    // aligned, and for every type under MINFER_NO_MMQ=1.
+    if (n >= mm::kMmqMinTokens && mm::mmq_accepts(type, W, m, n) && !env_flag("MINFER_NO_MMQ"))
+      return mm::launch_mmq(type, W, m, rb, L, acts, y, ldy, stream);
+    return mm::launch_gemm(type, W, m, rb, L, acts, y, ldy, stream);
+  }
 
   const mm::MmvqArgs a{W, k, m, rb, static_cast<int>(n), y, ldy};
   switch (kind) {

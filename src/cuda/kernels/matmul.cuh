@@ -19,8 +19,11 @@
 //
 // Numbers (docs/cuda-matmul.md): for n <= 8 the result is bit-identical to the CPU reference
 // (cpu::quantize_activations + cpu::matmul_quantized: quant_ref.h's dot products) for every
-// type. For n > 8 the prefill GEMM multiplies the same dequantized weights and activations in
-// another order (agrees within (32 + k / 32) * 2^-24 * sum |w a| plus the CPU's own rounding).
+// type. For n > 8, quantized weights go to the int8 tensor-core MMQ (mmq.cuh: the contract's
+// exact block sums and terms, added in another order: within the f32 accumulation error), the
+// float types (and, under MINFER_NO_MMQ=1 or for W not 16-byte aligned, the quantized ones) to
+// the prefill GEMM, which multiplies the same dequantized weights and activations in another
+// order (agrees within (32 + k / 32) * 2^-24 * sum |w a| plus the CPU's own rounding).
 // Input the CPU rejects with an error cannot raise one on the device: a non-finite element of
 // x makes its Q8/Q8K block's scale NaN, so the outputs that read it are NaN.
 #pragma once
@@ -62,7 +65,7 @@ bool quantized_activations_to_host(TensorType type, const void* qx, int64_t k, i
 /// (its layout depends on both), or x itself when quantized_activation_bytes is 0. One buffer
 /// serves every weight type of the same family: Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 (Q8_0 and Q8_1 share
 /// d and qs), or Q4_K/Q5_K/Q6_K. Chooses the kernel family by n: matrix-vector kernels
-/// (MMVQ) for n <= 8, a matrix-matrix path above.
+/// (MMVQ) for n <= 8, MMQ (quantized types) or the prefill GEMM above.
 bool matmul(TensorType type, const void* W, int64_t k, int64_t m, const float* x, const void* qx,
             int64_t n, float* y, int64_t ldy, cudaStream_t stream);
 

@@ -1,0 +1,531 @@
+// Int8 tensor-core matrix multiply on quantized weights (design: mmq.cuh, docs/cuda-matmul.md).
+#include "cuda/kernels/launch.cuh"
+#include "cuda/kernels/mmq.cuh"
+#include "cuda/kernels/mmq_tile.cuh"
+
+namespace minfer::cuda::mm {
+namespace {
+
+constexpr int BM = kMmqBM, BN = kMmqBN, kThreads = kMmqThreads;
+static_assert(BM == 128 && BN == 64 && kThreads == 256, "the warp layout below: 4 x 2 warps of 32 x 32");
+
+/// Arguments of one launch (device pointers; sizes in elements unless named bytes).
+struct MmqParams {
+  const uint8_t* w;       ///< m rows of row_bytes, 16-byte aligned
+  int64_t m, row_bytes, w_bytes;
+  int64_t nbw;            ///< weight blocks per row (k / block size)
+  const int8_t* qs;       ///< activation values [n][k]
+  const float2* ds;       ///< Q8: [n][k / 32] (d, bits of the block sum)
+  const float* dk;        ///< Q8K: [n][k / 256]
+  const int16_t* bsums;   ///< Q8K: [n][k / 256][16]
+  int64_t k, n;
+  int64_t nba;            ///< activation blocks per token row (k / 32 or k / 256)
+  float* y;
+  int64_t ldy;
+};
+
+/// Shared-memory regions of the kernel for type T, in bytes from the start (16-byte aligned).
+template <TensorType T>
+struct MmqSmem {
+  using Tr = MmqTraits<T>;
+  static constexpr bool K = Tr::kKQuant;
+  static constexpr int kRowQ = Tr::kStageK + 16;      ///< int8 row of Wq / Xq (+16: no bank conflicts)
+  static constexpr int kRawRow = Tr::kRawWords * 16;  ///< staged weight row
+  static constexpr int kActRaw = K ? 48 : 8 * Tr::kStageBlocks;  ///< staged scales per token
+  static constexpr int kScaleSets = K ? 1 : Tr::kStageBlocks;
+  static constexpr int kSc = T == TensorType::Q6_K ? 16 : 8;  ///< scale bytes per row
+  static constexpr size_t a16(size_t v) { return (v + 15) & ~size_t{15}; }
+  static constexpr size_t xq = 0;                                           // int8 [2][BN][kRowQ]
+  static constexpr size_t xraw = xq + 2 * BN * kRowQ;                       // [2][BN][kActRaw]
+  static constexpr size_t xda = a16(xraw + 2 * BN * kActRaw);               // float [sets][BN]
+  static constexpr size_t xmin = a16(xda + kScaleSets * BN * 4);            // legacy: float [sets][BN]; K: uint4 [BN]
+  static constexpr size_t wraw = a16(xmin + kScaleSets * BN * (K ? 16 : 4));  // [BM][kRawRow] + slack
+  static constexpr size_t wq = a16(wraw + BM * kRawRow + 16);               // int8 [BM][kRowQ]
+  static constexpr size_t wd = wq + BM * kRowQ;                             // float [sets][BM]: d
+  static constexpr size_t wm = a16(wd + kScaleSets * BM * 4);               // float [sets][BM]: m / dmin
+  static constexpr size_t wsc = a16(wm + kScaleSets * BM * 4);              // K: int8 [BM][kSc]
+  static constexpr size_t wmins = a16(wsc + (K ? kSc * BM : 0));            // K: uint2 [BM]
+  static constexpr size_t total = a16(wmins + (K ? BM * 8 : 0));
+};
+
+// ---- PTX (sm_80+) ------------------------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+/// Copies `src_bytes` (0..16) bytes to shared memory and zero-fills the rest of the 16.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
+               "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async8(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
+               "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
+               "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+/// Four 8x8 b16 matrices (here: 8 rows x 16 int8); lanes 8i .. 8i+7 give the row addresses of
+/// matrix i, and each thread receives row lane/4, bytes 4 (lane % 4) .. +3 of every matrix.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t smem_addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr));
+}
+
+/// c = A (16 x 32, row) * B (32 x 8, col), int8 in, exact int32 out (accumulator input 0).
+__device__ __forceinline__ void mma_k32(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%10, %10, %10, %10};\n"
+      : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
+}
+
+/// c = A (16 x 16) * B (16 x 8), int8 in, exact int32 out.
+__device__ __forceinline__ void mma_k16(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
+  asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+      "{%7, %7, %7, %7};\n"
+      : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+      : "r"(a0), "r"(a1), "r"(b0), "r"(0));
+}
+
+// ---- stage copy (cp.async) ---------------------------------------------------------------------
+
+/// Queues the copies of stage s into the single weight stage buffer and activation buffer `buf`.
+template <TensorType T>
+__device__ __forceinline__ void issue_stage(const MmqParams& p, uint8_t* smem, int64_t s, int64_t bm,
+                                            int64_t bn, int buf) {
+  using Tr = MmqTraits<T>;
+  using S = MmqSmem<T>;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int64_t kb0 = s * Tr::kStageBlocks;
+  const int nblk = static_cast<int>(p.nbw - kb0 < Tr::kStageBlocks ? p.nbw - kb0 : Tr::kStageBlocks);
+
+  // Weights: the aligned words around each row's stage; bytes past the tensor are zero-filled
+  // (never read from memory).
+  for (int u = tid; u < BM * Tr::kRawWords; u += kThreads) {
+    const int r = u / Tr::kRawWords, wi = u - r * Tr::kRawWords;
+    const int64_t row = bm + r;
+    if (row >= p.m) continue;
+    const MmqRowStage g = mmq_row_stage(row, p.row_bytes, kb0, nblk, Tr::kBytes);
+    if (wi >= g.words) continue;
+    const int64_t a = g.first + 16 * wi;
+    const int64_t rem = p.w_bytes - a;
+    cp_async16(smem + S::wraw + r * S::kRawRow + 16 * wi, p.w + a, rem >= 16 ? 16 : static_cast<int>(rem));
+  }
+
+  // Activation values: 16-byte words of each token's stage (zeros past n or k).
+  constexpr int kWords = Tr::kStageK / 16;
+  uint8_t* xq = smem + S::xq + buf * BN * S::kRowQ;
+  for (int u = tid; u < BN * kWords; u += kThreads) {
+    const int t = u / kWords, wi = u - t * kWords;
+    const int64_t tok = bn + t, e = s * Tr::kStageK + 16 * wi;
+    const bool ok = tok < p.n && e < p.k;
+    cp_async16(xq + t * S::kRowQ + 16 * wi, ok ? p.qs + tok * p.k + e : p.qs, ok ? 16 : 0);
+  }
+
+  // Activation scales.
+  uint8_t* xr = smem + S::xraw + buf * BN * S::kActRaw;
+  if constexpr (!Tr::kKQuant) {
+    for (int u = tid; u < BN * Tr::kStageBlocks; u += kThreads) {
+      const int t = u / Tr::kStageBlocks, b = u - t * Tr::kStageBlocks;
+      const int64_t tok = bn + t, kb = kb0 + b;
+      const bool ok = tok < p.n && kb < p.nba;
+      cp_async8(xr + t * S::kActRaw + 8 * b, ok ? p.ds + tok * p.nba + kb : p.ds, ok ? 8 : 0);
+    }
+  } else {
+    for (int u = tid; u < BN * 3; u += kThreads) {
+      const int t = u / 3, part = u - 3 * t;
+      const int64_t tok = bn + t, sb = tok * p.nba + s;
+      const bool ok = tok < p.n;
+      if (part < 2)
+        cp_async16(xr + t * S::kActRaw + 16 * part, ok ? p.bsums + sb * 16 + 8 * part : p.bsums, ok ? 16 : 0);
+      else
+        cp_async4(xr + t * S::kActRaw + 32, ok ? p.dk + sb : p.dk, ok ? 4 : 0);
+    }
+  }
+}
+
+// ---- stage decode ------------------------------------------------------------------------------
+
+/// Decodes the staged weights of stage s into int8 rows and scales, and the staged activation
+/// scales of buffer `buf` into the forms the epilogue reads.
+template <TensorType T>
+__device__ __forceinline__ void decode_stage(const MmqParams& p, uint8_t* smem, int64_t s, int64_t bm, int buf) {
+  using Tr = MmqTraits<T>;
+  using S = MmqSmem<T>;
+  const int tid = static_cast<int>(threadIdx.x);
+  const uint8_t* xr = smem + S::xraw + buf * BN * S::kActRaw;
+  auto* wd = reinterpret_cast<float*>(smem + S::wd);
+  auto* wm = reinterpret_cast<float*>(smem + S::wm);
+  auto* xda = reinterpret_cast<float*>(smem + S::xda);
+
+  if constexpr (!Tr::kKQuant) {
+    const int64_t kb0 = s * Tr::kStageBlocks;
+    const int nblk = static_cast<int>(p.nbw - kb0 < Tr::kStageBlocks ? p.nbw - kb0 : Tr::kStageBlocks);
+    for (int u = tid; u < BM * Tr::kStageBlocks; u += kThreads) {
+      const int r = u / Tr::kStageBlocks, b = u - r * Tr::kStageBlocks;
+      const int64_t row = bm + r;
+      uint32_t q[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      float d = 0.0f, mn = 0.0f;
+      if (row < p.m && b < nblk) {
+        const MmqRowStage g = mmq_row_stage(row, p.row_bytes, kb0, nblk, Tr::kBytes);
+        mmq_decode_legacy<T>(smem + S::wraw + r * S::kRawRow, g.shift + b * Tr::kBytes, q, &d, &mn);
+      }
+      auto* dst = reinterpret_cast<uint4*>(smem + S::wq + r * S::kRowQ + 32 * b);
+      dst[0] = make_uint4(q[0], q[1], q[2], q[3]);
+      dst[1] = make_uint4(q[4], q[5], q[6], q[7]);
+      wd[b * BM + r] = d;
+      if constexpr (Tr::kMin) wm[b * BM + r] = mn;
+    }
+    auto* xmin = reinterpret_cast<float*>(smem + S::xmin);
+    for (int u = tid; u < BN * Tr::kStageBlocks; u += kThreads) {
+      const int t = u / Tr::kStageBlocks, b = u - t * Tr::kStageBlocks;
+      const float2 v = *reinterpret_cast<const float2*>(xr + t * S::kActRaw + 8 * b);
+      xda[b * BN + t] = v.x;
+      if constexpr (Tr::kMin) xmin[b * BN + t] = mmq_min_factor(v.x, v.y);
+    }
+  } else {
+    auto* wsc = reinterpret_cast<int8_t*>(smem + S::wsc);
+    auto* wmins = reinterpret_cast<uint2*>(smem + S::wmins);
+    for (int u = tid; u < BM * 2; u += kThreads) {
+      const int r = u >> 1, h = u & 1;
+      const int64_t row = bm + r;
+      auto* dst = reinterpret_cast<uint32_t*>(smem + S::wq + r * S::kRowQ + 128 * h);
+      if (row < p.m) {
+        const MmqRowStage g = mmq_row_stage(row, p.row_bytes, s, 1, Tr::kBytes);
+        const uint8_t* raw = smem + S::wraw + r * S::kRawRow;
+        mmq_decode_khalf<T>(raw, g.shift, h, dst);
+        if (h == 0) {
+          const KScales ks = mmq_decode_kscales<T>(raw, g.shift);
+          wd[r] = ks.d;
+          wm[r] = ks.dmin;
+          if constexpr (S::kSc == 16)
+            *reinterpret_cast<uint4*>(wsc + 16 * r) = make_uint4(ks.sc[0], ks.sc[1], ks.sc[2], ks.sc[3]);
+          else
+            *reinterpret_cast<uint2*>(wsc + 8 * r) = make_uint2(ks.sc[0], ks.sc[1]);
+          wmins[r] = make_uint2(ks.mins[0], ks.mins[1]);
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < 32; ++i) dst[i] = 0u;
+        if (h == 0) {
+          wd[r] = 0.0f;
+          wm[r] = 0.0f;
+#pragma unroll
+          for (int j = 0; j < S::kSc; j += 4) *reinterpret_cast<uint32_t*>(wsc + S::kSc * r + j) = 0u;
+          wmins[r] = make_uint2(0u, 0u);
+        }
+      }
+    }
+    auto* xbs = reinterpret_cast<uint4*>(smem + S::xmin);
+    for (int t = tid; t < BN; t += kThreads) {
+      const auto* bs = reinterpret_cast<const int16_t*>(xr + t * S::kActRaw);
+      xda[t] = *reinterpret_cast<const float*>(xr + t * S::kActRaw + 32);
+      xbs[t] = make_uint4(mmq_pack_bsums(bs, 0), mmq_pack_bsums(bs, 1), mmq_pack_bsums(bs, 2),
+                          mmq_pack_bsums(bs, 3));
+    }
+  }
+}
+
+// ---- stage multiply ----------------------------------------------------------------------------
+
+/// Per thread: 2 m16 tiles (rows wm + 16 mi + g, + 8) x 4 n8 tiles (tokens wn + 8 nj + 2 tq, + 1).
+struct Frag {
+  int wm, wn, g, tq;
+};
+
+template <TensorType T>
+__device__ __forceinline__ void multiply_stage(const uint8_t* smem, int buf, int nsub, const Frag& f,
+                                               float (&acc)[2][4][4], int (&isum)[2][4][4]) {
+  using Tr = MmqTraits<T>;
+  using S = MmqSmem<T>;
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  // Shared-memory addresses of this lane's ldmatrix rows (A: rows 0-15 x k halves; B: tokens
+  // 0-7 / 8-15 x k halves).
+  const uint32_t base = smem_u32(smem);
+  const uint32_t a_row = base + S::wq + (f.wm + (lane & 15)) * S::kRowQ + (lane >> 4) * 16;
+  const uint32_t b_row = base + S::xq + buf * BN * S::kRowQ +
+                         (f.wn + (lane >> 4) * 8 + (lane & 7)) * S::kRowQ + ((lane >> 3) & 1) * 16;
+  const auto* wd = reinterpret_cast<const float*>(smem + S::wd);
+  const auto* wm = reinterpret_cast<const float*>(smem + S::wm);
+  const auto* wsc = reinterpret_cast<const int8_t*>(smem + S::wsc);
+  const auto* xda = reinterpret_cast<const float*>(smem + S::xda);
+  const auto* xmin = reinterpret_cast<const float*>(smem + S::xmin);
+
+  for (int kk = 0; kk < nsub; ++kk) {
+    uint32_t a[2][4], b[2][4];
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi) ldmatrix_x4(a[mi], a_row + 16 * mi * S::kRowQ + 32 * kk);
+#pragma unroll
+    for (int pj = 0; pj < 2; ++pj) ldmatrix_x4(b[pj], b_row + 16 * pj * S::kRowQ + 32 * kk);
+
+    if constexpr (!Tr::kKQuant) {
+      float dw[2][2], mw[2][2];
+      float2 da[4], mf[4];
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = f.wm + 16 * mi + f.g + 8 * h;
+          dw[mi][h] = wd[kk * BM + r];
+          if constexpr (Tr::kMin) mw[mi][h] = wm[kk * BM + r];
+        }
+#pragma unroll
+      for (int nj = 0; nj < 4; ++nj) {
+        const int t = f.wn + 8 * nj + 2 * f.tq;
+        da[nj] = *reinterpret_cast<const float2*>(xda + kk * BN + t);
+        if constexpr (Tr::kMin) mf[nj] = *reinterpret_cast<const float2*>(xmin + kk * BN + t);
+      }
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int nj = 0; nj < 4; ++nj) {
+          int c[4];
+          mma_k32(c, a[mi], b[nj >> 1][2 * (nj & 1)], b[nj >> 1][2 * (nj & 1) + 1]);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float dav = (e & 1) ? da[nj].y : da[nj].x;
+            float v = mmq_legacy_step(acc[mi][nj][e], dw[mi][e >> 1], dav, c[e]);
+            if constexpr (Tr::kMin) v = mmq_min_step(v, mw[mi][e >> 1], (e & 1) ? mf[nj].y : mf[nj].x);
+            acc[mi][nj][e] = v;
+          }
+        }
+    } else if constexpr (T == TensorType::Q6_K) {
+      int sc[2][2][2];  // [mi][row half][16-element group of this k32 step]
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int q = 0; q < 2; ++q) sc[mi][h][q] = wsc[16 * (f.wm + 16 * mi + f.g + 8 * h) + 2 * kk + q];
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int nj = 0; nj < 4; ++nj) {
+          int lo[4], hi[4];
+          mma_k16(lo, a[mi][0], a[mi][1], b[nj >> 1][2 * (nj & 1)]);
+          mma_k16(hi, a[mi][2], a[mi][3], b[nj >> 1][2 * (nj & 1) + 1]);
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            isum[mi][nj][e] += sc[mi][e >> 1][0] * lo[e] + sc[mi][e >> 1][1] * hi[e];
+        }
+    } else {
+      int sc[2][2];
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) sc[mi][h] = wsc[8 * (f.wm + 16 * mi + f.g + 8 * h) + kk];
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int nj = 0; nj < 4; ++nj) {
+          int c[4];
+          mma_k32(c, a[mi], b[nj >> 1][2 * (nj & 1)], b[nj >> 1][2 * (nj & 1) + 1]);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) isum[mi][nj][e] += sc[mi][e >> 1] * c[e];
+        }
+    }
+  }
+
+  if constexpr (Tr::kKQuant) {  // end of the super-block: its term, added to each output
+    float d[2][2], dmin[2][2];
+    uint32_t mins[2][2][2];
+    const auto* wmins = reinterpret_cast<const uint2*>(smem + S::wmins);
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = f.wm + 16 * mi + f.g + 8 * h;
+        d[mi][h] = wd[r];
+        dmin[mi][h] = wm[r];
+        const uint2 mm = wmins[r];
+        mins[mi][h][0] = mm.x;
+        mins[mi][h][1] = mm.y;
+      }
+    const auto* xbs = reinterpret_cast<const uint4*>(smem + S::xmin);
+#pragma unroll
+    for (int nj = 0; nj < 4; ++nj)
+#pragma unroll
+      for (int ct = 0; ct < 2; ++ct) {
+        const int t = f.wn + 8 * nj + 2 * f.tq + ct;
+        const float da = xda[t];
+        const uint4 bv = xbs[t];
+        const uint32_t bs[4] = {bv.x, bv.y, bv.z, bv.w};
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int e = 2 * h + ct;
+            const int msum = T == TensorType::Q6_K ? 0 : mmq_msum(mins[mi][h], bs);
+            acc[mi][nj][e] = fadd(acc[mi][nj][e], mmq_kquant_term<T>(d[mi][h], dmin[mi][h], da, isum[mi][nj][e], msum));
+            isum[mi][nj][e] = 0;
+          }
+      }
+  }
+}
+
+/// Resident blocks per SM the launch bounds ask for: two for the legacy types (<= 128 registers);
+/// one for the K-quants, whose per-output integer sums need about 136-160 registers.
+template <TensorType T>
+constexpr int kMinBlocks = MmqTraits<T>::kKQuant ? 1 : 2;
+
+template <TensorType T>
+__global__ void __launch_bounds__(kThreads, kMinBlocks<T>) mmq_kernel(MmqParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  using Tr = MmqTraits<T>;
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
+  const Frag f{(warp & 3) * 32, (warp >> 2) * 32, lane >> 2, lane & 3};
+  const int64_t bn = static_cast<int64_t>(blockIdx.x) * BN;
+  const int64_t bm = static_cast<int64_t>(blockIdx.y) * BM;
+  const int64_t n_stages = (p.k + Tr::kStageK - 1) / Tr::kStageK;
+
+  float acc[2][4][4];
+  int isum[2][4][4];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        acc[i][j][e] = 0.0f;
+        isum[i][j][e] = 0;
+      }
+
+  issue_stage<T>(p, smem, 0, bm, bn, 0);
+  cp_async_commit();
+  for (int64_t s = 0; s < n_stages; ++s) {
+    const int buf = static_cast<int>(s & 1);
+    cp_async_wait_all();
+    __syncthreads();  // stage s landed for every thread; stage s - 1 is no longer read
+    decode_stage<T>(p, smem, s, bm, buf);
+    __syncthreads();  // decoded tiles visible; the weight stage buffer is free
+    if (s + 1 < n_stages) issue_stage<T>(p, smem, s + 1, bm, bn, buf ^ 1);
+    cp_async_commit();
+    const int64_t left = p.k - s * Tr::kStageK;
+    const int nsub = static_cast<int>((left < Tr::kStageK ? left : Tr::kStageK) / 32);
+    multiply_stage<T>(smem, buf, nsub, f, acc, isum);
+  }
+
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int nj = 0; nj < 4; ++nj)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t row = bm + f.wm + 16 * mi + f.g + 8 * (e >> 1);
+        const int64_t tok = bn + f.wn + 8 * nj + 2 * f.tq + (e & 1);
+        if (row < p.m && tok < p.n) p.y[row + tok * p.ldy] = acc[mi][nj][e];
+      }
+#else
+  (void)p;
+  __trap();  // MMQ needs sm_80 (cp.async, ldmatrix, int8 mma.sync); never launched below it
+#endif
+}
+
+template <TensorType T>
+bool launch_type(const MmqParams& p, cudaStream_t stream, const char* site) {
+  constexpr size_t bytes = MmqSmem<T>::total;
+  const void* fn = reinterpret_cast<const void*>(&mmq_kernel<T>);
+  if (!smem_opted_in(fn, bytes)) {
+    note_launch_failure(site, cudaErrorInvalidConfiguration);  // the opt-in failed at context creation
+    return false;
+  }
+  const dim3 grid(static_cast<unsigned>((p.n + BN - 1) / BN), static_cast<unsigned>((p.m + BM - 1) / BM));
+  mmq_kernel<T><<<grid, kThreads, bytes, stream>>>(p);
+  return MINFER_LAUNCH_CHECK(site);
+}
+
+template <TensorType T>
+SmemOptin optin(const char* site) {
+  return {site, reinterpret_cast<const void*>(&mmq_kernel<T>), MmqSmem<T>::total};
+}
+
+}  // namespace
+
+bool mmq_supported(TensorType type) {
+  switch (type) {
+    case TensorType::Q4_0:
+    case TensorType::Q4_1:
+    case TensorType::Q5_0:
+    case TensorType::Q5_1:
+    case TensorType::Q8_0:
+    case TensorType::Q4_K:
+    case TensorType::Q5_K:
+    case TensorType::Q6_K: return true;
+    default: return false;
+  }
+}
+
+bool mmq_accepts(TensorType type, const void* w, int64_t m, int64_t n) {
+  return mmq_supported(type) && (reinterpret_cast<uintptr_t>(w) & 15) == 0 && m >= 1 &&
+         (m + BM - 1) / BM <= 65535 && n >= 1;
+}
+
+size_t mmq_smem_bytes(TensorType type) {
+  switch (type) {
+    case TensorType::Q4_0: return MmqSmem<TensorType::Q4_0>::total;
+    case TensorType::Q4_1: return MmqSmem<TensorType::Q4_1>::total;
+    case TensorType::Q5_0: return MmqSmem<TensorType::Q5_0>::total;
+    case TensorType::Q5_1: return MmqSmem<TensorType::Q5_1>::total;
+    case TensorType::Q8_0: return MmqSmem<TensorType::Q8_0>::total;
+    case TensorType::Q4_K: return MmqSmem<TensorType::Q4_K>::total;
+    case TensorType::Q5_K: return MmqSmem<TensorType::Q5_K>::total;
+    case TensorType::Q6_K: return MmqSmem<TensorType::Q6_K>::total;
+    default: return 0;
+  }
+}
+
+std::span<const SmemOptin> mmq_smem_optins() {
+  static const SmemOptin list[] = {
+      optin<TensorType::Q4_0>("mmq_q4_0"), optin<TensorType::Q4_1>("mmq_q4_1"),
+      optin<TensorType::Q5_0>("mmq_q5_0"), optin<TensorType::Q5_1>("mmq_q5_1"),
+      optin<TensorType::Q8_0>("mmq_q8_0"), optin<TensorType::Q4_K>("mmq_q4_K"),
+      optin<TensorType::Q5_K>("mmq_q5_K"), optin<TensorType::Q6_K>("mmq_q6_K"),
+  };
+  return list;
+}
+
+bool launch_mmq(TensorType type, const void* w, int64_t m, int64_t row_bytes, const ActLayout& L,
+                const void* acts, float* y, int64_t ldy, cudaStream_t stream) {
+  const auto* base = static_cast<const uint8_t*>(acts);
+  MmqParams p{};
+  p.w = static_cast<const uint8_t*>(w);
+  p.m = m;
+  p.row_bytes = row_bytes;
+  p.w_bytes = m * row_bytes;
+  p.qs = reinterpret_cast<const int8_t*>(base + L.qs_off);
+  p.ds = reinterpret_cast<const float2*>(base + L.ds_off);
+  p.dk = reinterpret_cast<const float*>(base + L.ds_off);
+  p.bsums = reinterpret_cast<const int16_t*>(base + L.bsums_off);
+  p.k = L.k;
+  p.n = L.n;
+  p.nba = L.nb;
+  p.y = y;
+  p.ldy = ldy;
+#define MINFER_MMQ_CASE(T, name, block)             \
+  case TensorType::T:                               \
+    p.nbw = L.k / (block);                          \
+    return launch_type<TensorType::T>(p, stream, name);
+  switch (type) {
+    MINFER_MMQ_CASE(Q4_0, "mmq_q4_0", 32)
+    MINFER_MMQ_CASE(Q4_1, "mmq_q4_1", 32)
+    MINFER_MMQ_CASE(Q5_0, "mmq_q5_0", 32)
+    MINFER_MMQ_CASE(Q5_1, "mmq_q5_1", 32)
+    MINFER_MMQ_CASE(Q8_0, "mmq_q8_0", 32)
+    MINFER_MMQ_CASE(Q4_K, "mmq_q4_K", 256)
+    MINFER_MMQ_CASE(Q5_K, "mmq_q5_K", 256)
+    MINFER_MMQ_CASE(Q6_K, "mmq_q6_K", 256)
+    default: break;
+  }
+#undef MINFER_MMQ_CASE
+  note_launch_failure("matmul_bad_args", cudaErrorInvalidValue);
+  return false;
+}
+
+}  // namespace minfer::cuda::mm

@@ -1,0 +1,68 @@
+// Prefill matrix product on quantized weights with int8 tensor cores (MMQ), behind matmul()
+// (matmul.cuh) for n >= kMmqMinTokens token columns.
+//
+// y[j + t * ldy] = sum_e W[j][e] * x[t][e] for the quantized weight types Q4_0, Q4_1, Q5_0,
+// Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, reading the activations quantize_acts.cu made (Q8 planes for the
+// legacy types, Q8K planes for the K-quants: the CPU's Q8_0/Q8_1/Q8_K values).
+//
+// Design (docs/cuda-matmul.md, "MMQ"): a thread block computes 128 weight rows x 64 tokens.
+// k is walked in stages of 128 elements (4 legacy blocks) or 256 (one K-quant super-block):
+// the stage's weight bytes (aligned 16-byte words around the 2-byte aligned blocks) and the
+// activation int8 values and scales are copied to shared memory with cp.async while the
+// previous stage is multiplied; then the weights are decoded to int8 tiles (zero points
+// subtracted) plus per-block scales, and 8 warps multiply 32 x 32 sub-tiles with
+// mma.sync m16n8k32 (m16n8k16 for Q6_K's 16-element scales) into exact int32 sums per
+// 32-element block, which the float epilogue turns into the contract's terms (mmq_tile.cuh).
+// Requires sm_80 or newer (cp.async, ldmatrix, int8 mma.sync).
+//
+// Numbers: each block's integer sum is exact and each term is the CPU contract's; only the
+// order in which terms are added differs (in k order here, over 32 lanes on the CPU), so the
+// difference from the CPU reference is bounded by the f32 accumulation error (the test's
+// mmq_tolerance). The host emulation (mmq_emulate.cuh) computes bit-identical results.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <span>
+
+#include "core/types.h"
+#include "cuda/kernels/quantize_acts.cuh"
+#include "cuda/kernels/smem_optin.cuh"
+
+namespace minfer::cuda::mm {
+
+/// Tile of one thread block: kMmqBM weight rows x kMmqBN tokens, kMmqThreads threads (8 warps
+/// of 32 rows x 32 tokens each).
+inline constexpr int kMmqBM = 128;
+inline constexpr int kMmqBN = 64;
+inline constexpr int kMmqThreads = 256;
+
+/// The smallest token count matmul() sends to MMQ. Token counts 1..8 stay on the MMVQ kernels,
+/// whose results are bit-identical to the CPU's (matmul.cuh's contract, which multi-token decode
+/// steps rely on), so this cannot go below 9; above 9 the alternative is the much slower f32
+/// GEMM. Not yet measured on a device: `bench_cuda_mmq --crossover` times MMVQ (n <= 8) against
+/// MMQ (n = 1..16) per call, the numbers for revisiting the MMVQ limit.
+inline constexpr int64_t kMmqMinTokens = 9;
+
+/// True when MMQ has a kernel for weights of `type` (the quantized types above).
+bool mmq_supported(TensorType type);
+
+/// True when MMQ can run this call: a supported type, W 16-byte aligned (the stage copies read
+/// aligned 16-byte words), m <= 65535 * 128 rows (grid y), n >= 1.
+bool mmq_accepts(TensorType type, const void* w, int64_t m, int64_t n);
+
+/// Dynamic shared memory of the kernel for `type` in bytes (0 for an unsupported type).
+size_t mmq_smem_bytes(TensorType type);
+
+/// y[j + t * ldy] for j < m, t < L.n; `acts` is the buffer quantize_acts filled for `L` (Q8 for
+/// the legacy types, Q8K for the K-quants); W holds m rows of row_bytes bytes. Returns false
+/// when the launch failed or was refused (recorded with the site "mmq_<type>"); refuses when
+/// the shared-memory opt-in of the kernel did not happen (smem_optin.cuh).
+bool launch_mmq(TensorType type, const void* w, int64_t m, int64_t row_bytes, const ActLayout& L,
+                const void* acts, float* y, int64_t ldy, cudaStream_t stream);
+
+/// The kernel instantiations and their dynamic shared memory, for the context's opt-in list.
+std::span<const SmemOptin> mmq_smem_optins();
+
+}  // namespace minfer::cuda::mm

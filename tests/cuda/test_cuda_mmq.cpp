@@ -1,0 +1,381 @@
+// The int8 tensor-core MMQ (mmq.cu) behind matmul() for n >= 9 token columns:
+// - its arithmetic, run on the host by the emulation (mmq_emulate.cuh, the kernel's own decode
+//   and per-output steps), agrees with the CPU reference within the f32 accumulation bound
+//   (mmq_tolerance) for every quantized type, one block, partial stages and many stages; these
+//   run without a device;
+// - on a device the kernel is bit-identical to the emulation and within the bound of the CPU for
+//   awkward shapes (m and n not multiples of the 128 x 64 tile, a partial last stage, the Qwen
+//   row lengths k = 896 and 4864), writes
+//   every output and nothing in the ldy padding, and serves real model shapes at n = 512;
+// - the routing: MMQ for quantized weights at n >= 9, the GEMM under MINFER_NO_MMQ=1, an injected
+//   launch failure names the mmq site.
+#ifdef MINFER_HAS_CUDA
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cuda/kernels/gemm.cuh"
+#include "cuda/kernels/launch.cuh"
+#include "cuda/kernels/matmul.cuh"
+#include "cuda/kernels/mmq.cuh"
+#include "cuda/kernels/mmq_emulate.cuh"
+#include "cuda/kernels/mmvq_emulate.cuh"
+#include "cuda_matmul_util.h"
+#include "cuda_test_util.h"
+#include "quant/quant.h"
+
+namespace minfer {
+namespace {
+
+using test::DeviceBuffer;
+
+constexpr uint32_t kPoison = 0xFFFFFFFFu;  // a NaN no kernel produces from finite inputs
+constexpr int64_t kPad = 3;                // ldy = m + kPad
+
+/// |mmq - cpu| bound, u = 2^-24, T = blocks (super-blocks) per row:
+///   the kernel adds T terms in k order (2T for Q4_1/Q5_1, whose min part is a second step):
+///   at most T_gpu u sum|term|; the CPU adds ceil(T/32) terms per lane and folds 32 lanes in 5
+///   steps: (ceil(T/32) + 5) u sum|term|; the terms themselves are formed with a few roundings
+///   on each side (13 u covers both); and sum|term| <= sum over elements of the weight's part
+///   magnitudes times |a| (`part_mag_sum`, cuda_matmul_util.h). 1.1x for second-order terms.
+double mmq_tolerance(TensorType type, int64_t k, double part_mag_sum) {
+  const double u = std::ldexp(1.0, -24);
+  const int64_t terms = k / static_cast<int64_t>(type_traits(type).block_size);
+  const bool two_steps = type == TensorType::Q4_1 || type == TensorType::Q5_1;
+  const double units = static_cast<double>(two_steps ? 2 * terms : terms) +
+                       static_cast<double>((terms + 31) / 32) + 5.0 + 13.0;
+  return 1.1 * units * u * part_mag_sum + 1e-30;
+}
+
+const TensorType kMmqTypes[] = {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1,
+                                TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
+
+/// k values: one block, a partial last stage (legacy stages hold 4 blocks), many stages.
+std::vector<int64_t> mmq_ks(TensorType type) {
+  if (type_traits(type).block_size == 256) return {256, 256 * 3, 256 * 37};
+  return {32, 32 * 5, 32 * 100};
+}
+
+/// The Qwen2.5-0.5B row lengths: 896 (hidden; 28 blocks, 7 full legacy stages; not a multiple
+/// of 256, so no K-quant tensor has it) and 4864 (ffn; 38 legacy stages, 19 super-blocks).
+std::vector<int64_t> qwen_ks(TensorType type) {
+  if (type_traits(type).block_size == 256) return {4864};
+  return {896, 4864};
+}
+
+/// One problem on the host: weights (a 16-byte aligned copy), activations, the CPU reference,
+/// the part magnitudes, and the emulated kernel result for n tokens.
+struct HostCase {
+  TensorType type;
+  int64_t m, k, n;
+  std::vector<uint8_t> w;       // as generated
+  std::vector<uint8_t> w_store; // 16-byte aligned copy lives in here
+  const uint8_t* w_aligned = nullptr;
+  std::vector<float> x, y_ref, y_emu;
+  std::vector<double> mag;      // [t][j] sum of part magnitudes |w| |a|
+};
+
+HostCase make_case(ThreadPool& pool, TensorType type, int64_t m, int64_t k, int64_t n, uint32_t seed) {
+  HostCase c;
+  c.type = type;
+  c.m = m;
+  c.k = k;
+  c.n = n;
+  c.w = test::random_weights(type, m, k, seed);
+  c.x = test::random_acts(k, n, seed + 1);
+  std::vector<uint8_t> blocks;
+  c.y_ref = test::cpu_matmul(pool, type, c.w, m, c.x, k, n, &blocks);
+  c.w_store.assign(c.w.size() + 32, 0);
+  auto* base = c.w_store.data() + (16 - reinterpret_cast<uintptr_t>(c.w_store.data()) % 16) % 16;
+  std::memcpy(base, c.w.data(), c.w.size());
+  c.w_aligned = base;
+
+  std::vector<uint8_t> acts;
+  EXPECT_TRUE(cuda::mm::host_activations_from_blocks(type, blocks.data(), k, n, &acts));
+  c.y_emu.assign(static_cast<size_t>(m * n), 0.0f);
+  EXPECT_TRUE(cuda::mm::emulate_mmq(type, c.w_aligned, k, m, acts.data(), n, c.y_emu.data(), m));
+
+  const auto wm = test::weight_part_magnitudes(type, c.w, m, k);
+  std::vector<uint8_t> buf;
+  const cpu::QuantizedActs xq = cpu::quantize_activations(pool, buf, type, c.x.data(), k, n);
+  const auto am = test::act_magnitudes(type, xq, c.x);
+  c.mag.assign(static_cast<size_t>(m * n), 0.0);
+  pool.parallel_for(n, 1, [&](int64_t t0, int64_t t1, int) {
+    for (int64_t t = t0; t < t1; ++t)
+      for (int64_t j = 0; j < m; ++j) {
+        double s = 0.0;
+        const float* wr = wm.data() + j * k;
+        const float* ar = am.data() + t * k;
+        for (int64_t e = 0; e < k; ++e) s += static_cast<double>(wr[e]) * ar[e];
+        c.mag[static_cast<size_t>(t * m + j)] = s;
+      }
+  });
+  return c;
+}
+
+std::string describe(const HostCase& c) {
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "type %s m %lld k %lld n %lld", std::string(type_name(c.type)).c_str(),
+                static_cast<long long>(c.m), static_cast<long long>(c.k), static_cast<long long>(c.n));
+  return buf;
+}
+
+/// Every y[j + t * ldy] (t < n) within mmq_tolerance of the CPU; the failure names the first
+/// offender, its bound, and the largest |d| relative to its bound.
+::testing::AssertionResult within_bound(const HostCase& c, const float* y, int64_t ldy, int64_t n) {
+  int64_t bad = 0, first_j = -1, first_t = -1;
+  double worst_ratio = 0.0;
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t j = 0; j < c.m; ++j) {
+      const double got = y[j + t * ldy], want = c.y_ref[static_cast<size_t>(j + t * c.m)];
+      const double tol = mmq_tolerance(c.type, c.k, c.mag[static_cast<size_t>(t * c.m + j)]);
+      const double d = std::fabs(got - want);
+      worst_ratio = std::max(worst_ratio, std::isnan(d) ? INFINITY : d / tol);
+      if (!(d <= tol) && bad++ == 0) {
+        first_j = j;
+        first_t = t;
+      }
+    }
+  if (bad == 0) return ::testing::AssertionSuccess() << "worst |d| / bound " << worst_ratio;
+  const size_t i = static_cast<size_t>(first_j + first_t * c.m);
+  return ::testing::AssertionFailure()
+         << bad << " of " << c.m * n << " outputs outside the bound; first at row " << first_j << " token "
+         << first_t << ": got " << y[first_j + first_t * ldy] << ", CPU " << c.y_ref[i] << ", bound "
+         << mmq_tolerance(c.type, c.k, c.mag[static_cast<size_t>(first_t * c.m + first_j)])
+         << "; worst |d| / bound " << worst_ratio;
+}
+
+// ---- host emulation (no device needed) ----------------------------------------------------------
+
+class CudaMmqEmulated : public ::testing::TestWithParam<TensorType> {
+ protected:
+  ThreadPool pool_{4};
+};
+
+TEST_P(CudaMmqEmulated, kernel_arithmetic_is_within_the_accumulation_bound_of_the_cpu) {
+  const TensorType type = GetParam();
+  uint32_t seed = 500 + static_cast<uint32_t>(type) * 31;
+  std::vector<int64_t> ks = mmq_ks(type);
+  for (const int64_t k : qwen_ks(type)) ks.push_back(k);
+  for (const int64_t k : ks)
+    for (const int64_t m : {int64_t{1}, int64_t{7}, int64_t{33}}) {
+      const HostCase c = make_case(pool_, type, m, k, 19, seed++);
+      SCOPED_TRACE(describe(c));
+      const ::testing::AssertionResult r = within_bound(c, c.y_emu.data(), c.m, c.n);
+      ASSERT_TRUE(r);
+      if (m == 33) std::printf("[ mmq      ] emulated %s: %s\n", describe(c).c_str(), r.message());
+    }
+}
+
+TEST_P(CudaMmqEmulated, bound_is_tight_enough_to_catch_a_wrong_scale) {
+  // The tolerance must be able to fail: the same arithmetic with one block scale off by one
+  // half ulp (a decode bug of the smallest kind) leaves the bound for some output.
+  const TensorType type = GetParam();
+  HostCase c = make_case(pool_, type, 16, mmq_ks(type)[1], 9, 77);
+  std::vector<uint8_t> w2 = c.w;
+  const size_t d_off = type == TensorType::Q6_K ? 208 : 0;  // the first block's half d
+  uint16_t d;
+  std::memcpy(&d, w2.data() + d_off, 2);
+  d = static_cast<uint16_t>(d ^ 0x0400);  // flips the lowest exponent bit: a 2x or 0.5x scale
+  std::memcpy(w2.data() + d_off, &d, 2);
+  std::vector<uint8_t> store(w2.size() + 32);
+  auto* base = store.data() + (16 - reinterpret_cast<uintptr_t>(store.data()) % 16) % 16;
+  std::memcpy(base, w2.data(), w2.size());
+  std::vector<uint8_t> blocks, acts;
+  test::cpu_matmul(pool_, type, c.w, c.m, c.x, c.k, c.n, &blocks);
+  ASSERT_TRUE(cuda::mm::host_activations_from_blocks(type, blocks.data(), c.k, c.n, &acts));
+  std::vector<float> y(static_cast<size_t>(c.m * c.n));
+  ASSERT_TRUE(cuda::mm::emulate_mmq(type, base, c.k, c.m, acts.data(), c.n, y.data(), c.m));
+  EXPECT_FALSE(within_bound(c, y.data(), c.m, c.n));
+}
+
+INSTANTIATE_TEST_SUITE_P(QuantizedTypes, CudaMmqEmulated, ::testing::ValuesIn(kMmqTypes), test::type_param_name);
+
+// ---- device ---------------------------------------------------------------------------------------
+
+class CudaMmq : public ::testing::TestWithParam<TensorType> {
+ protected:
+  void SetUp() override {
+    if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+    ASSERT_EQ(cudaStreamCreate(&stream_), cudaSuccess);
+  }
+  void TearDown() override {
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+  /// Runs matmul() for the first n tokens of `c` (poisoned output with ldy = m + kPad) and
+  /// returns the output.
+  std::vector<float> run(const HostCase& c, int64_t n, bool* ok);
+  /// Compares one device run with the emulation (bitwise) and the CPU (bound).
+  void check(const HostCase& c, int64_t n);
+
+  cudaStream_t stream_ = nullptr;
+  ThreadPool pool_{default_thread_count()};
+};
+
+std::vector<float> CudaMmq::run(const HostCase& c, int64_t n, bool* ok) {
+  *ok = false;
+  const int64_t ldy = c.m + kPad;
+  DeviceBuffer dw(c.w.size()), dx(static_cast<size_t>(c.k * n) * 4), dy(static_cast<size_t>(ldy * n) * 4);
+  dw.upload(c.w.data(), c.w.size());
+  dx.upload(c.x.data(), static_cast<size_t>(c.k * n) * 4);
+  dy.fill(0xFF);
+  DeviceBuffer dq(std::max<size_t>(cuda::quantized_activation_bytes(c.type, c.k, n), 16));
+  cuda::clear_launch_failure();
+  std::vector<float> y(static_cast<size_t>(ldy * n));
+  if (!cuda::quantize_activations(c.type, dx.as<float>(), c.k, n, dq.get(), stream_) ||
+      !cuda::matmul(c.type, dw.get(), c.k, c.m, dx.as<float>(), dq.get(), n, dy.as<float>(), ldy, stream_)) {
+    const cuda::LaunchFailure* f = cuda::launch_failure();
+    ADD_FAILURE() << "launch failed at " << (f != nullptr ? f->site : "?") << ": "
+                  << (f != nullptr ? cudaGetErrorString(f->err) : "");
+    return y;
+  }
+  const cudaError_t e = cudaStreamSynchronize(stream_);
+  if (e != cudaSuccess) {
+    ADD_FAILURE() << "kernel failed: " << cudaGetErrorString(e);
+    return y;
+  }
+  dy.download(y.data(), y.size() * 4);
+  *ok = true;
+  return y;
+}
+
+void CudaMmq::check(const HostCase& c, int64_t n) {
+  SCOPED_TRACE(describe(c) + " run with n " + std::to_string(n));
+  bool ok = false;
+  const std::vector<float> y = run(c, n, &ok);
+  if (!ok) return;
+  const int64_t ldy = c.m + kPad;
+  int64_t unwritten = 0, pad_written = 0, differ = 0, first = -1;
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t j = c.m; j < ldy; ++j) pad_written += test::f32_bits(y[static_cast<size_t>(j + t * ldy)]) != kPoison;
+    for (int64_t j = 0; j < c.m; ++j) {
+      const float got = y[static_cast<size_t>(j + t * ldy)], emu = c.y_emu[static_cast<size_t>(j + t * c.m)];
+      if (test::f32_bits(got) == kPoison) ++unwritten;
+      if (test::f32_bits(got) != test::f32_bits(emu) && differ++ == 0) first = j + t * c.m;
+    }
+  }
+  EXPECT_EQ(unwritten, 0) << "outputs never written";
+  EXPECT_EQ(pad_written, 0) << "rows of the ldy padding written";
+  if (differ != 0) {
+    const int64_t j = first % c.m, t = first / c.m;
+    ADD_FAILURE() << differ << " of " << c.m * n << " outputs differ from the emulation; first at row " << j
+                  << " token " << t << " (tile row " << j % cuda::mm::kMmqBM << ", tile token "
+                  << t % cuda::mm::kMmqBN << "): device " << y[static_cast<size_t>(j + t * ldy)] << " emulation "
+                  << c.y_emu[static_cast<size_t>(first)] << " CPU " << c.y_ref[static_cast<size_t>(first)];
+  }
+  EXPECT_TRUE(within_bound(c, y.data(), ldy, n));
+}
+
+TEST_P(CudaMmq, is_bitwise_the_emulation_and_within_the_bound_of_the_cpu_for_awkward_shapes) {
+  const TensorType type = GetParam();
+  uint32_t seed = 900 + static_cast<uint32_t>(type) * 13;
+  const int64_t kNs[] = {9, 17, 63, 64, 65, 130};
+  for (const int64_t k : mmq_ks(type))
+    for (const int64_t m : {int64_t{1}, int64_t{7}, int64_t{127}, int64_t{128}, int64_t{129}, int64_t{300}}) {
+      const HostCase c = make_case(pool_, type, m, k, 130, seed++);
+      for (const int64_t n : kNs) {
+        check(c, n);
+        if (HasFailure()) return;
+      }
+    }
+}
+
+TEST_P(CudaMmq, is_bitwise_the_emulation_and_within_the_bound_of_the_cpu_at_qwen_row_lengths) {
+  // k = 896 and 4864 (the 0.5B hidden and ffn sizes) with an odd row count that leaves a partial
+  // row tile and token counts that leave partial token tiles.
+  const TensorType type = GetParam();
+  uint32_t seed = 1300 + static_cast<uint32_t>(type) * 7;
+  for (const int64_t k : qwen_ks(type)) {
+    const HostCase c = make_case(pool_, type, 131, k, 200, seed++);
+    for (const int64_t n : {int64_t{9}, int64_t{77}, int64_t{200}}) {
+      check(c, n);
+      if (HasFailure()) return;
+    }
+  }
+}
+
+TEST_P(CudaMmq, serves_model_shapes_at_512_tokens) {
+  // 0.5B ffn_gate/up [896 x 4864] (K-quants: [2048 x 1024]) and a long row (18944, ffn_down).
+  const TensorType type = GetParam();
+  const bool kq = type_traits(type).block_size == 256;
+  const HostCase a = make_case(pool_, type, kq ? 1024 : 4864, kq ? 2048 : 896, 512, 42);
+  check(a, 512);
+  if (HasFailure()) return;
+  const HostCase b = make_case(pool_, type, 200, 18944, 80, 43);
+  check(b, 80);
+}
+
+TEST_P(CudaMmq, no_mmq_gate_routes_to_the_gemm_and_mmq_is_the_default) {
+  const TensorType type = GetParam();
+  const int64_t m = 70, k = mmq_ks(type)[1], n = 20;
+  const auto w = test::random_weights(type, m, k, 5);
+  const auto x = test::random_acts(k, n, 6);
+  DeviceBuffer dw(w.size()), dx(x.size() * 4), dy(static_cast<size_t>(m * n) * 4), dy2(static_cast<size_t>(m * n) * 4);
+  DeviceBuffer dq(cuda::quantized_activation_bytes(type, k, n));
+  dw.upload(w.data(), w.size());
+  dx.upload(x.data(), x.size() * 4);
+  ASSERT_TRUE(cuda::quantize_activations(type, dx.as<float>(), k, n, dq.get(), stream_));
+  const cuda::mm::ActLayout L = cuda::mm::act_layout(
+      type_traits(type).block_size == 256 ? cuda::mm::ActKind::Q8K : cuda::mm::ActKind::Q8, k, n);
+  const int64_t rb = static_cast<int64_t>(row_bytes(type, k));
+  auto download = [&](const DeviceBuffer& b) {
+    std::vector<uint8_t> v(static_cast<size_t>(m * n) * 4);
+    EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    b.download(v.data(), v.size());
+    return v;
+  };
+  ASSERT_TRUE(cuda::matmul(type, dw.get(), k, m, dx.as<float>(), dq.get(), n, dy.as<float>(), m, stream_));
+  ASSERT_TRUE(cuda::mm::launch_mmq(type, dw.get(), m, rb, L, dq.get(), dy2.as<float>(), m, stream_));
+  EXPECT_TRUE(test::bytes_equal(download(dy), download(dy2))) << "default: matmul() is MMQ";
+  {
+    test::ScopedEnv gate("MINFER_NO_MMQ", "1");
+    ASSERT_TRUE(cuda::matmul(type, dw.get(), k, m, dx.as<float>(), dq.get(), n, dy.as<float>(), m, stream_));
+    ASSERT_TRUE(cuda::mm::launch_gemm(type, dw.get(), m, rb, L, dq.get(), dy2.as<float>(), m, stream_));
+    EXPECT_TRUE(test::bytes_equal(download(dy), download(dy2))) << "MINFER_NO_MMQ=1: matmul() is the GEMM";
+  }
+}
+
+TEST_P(CudaMmq, an_injected_launch_failure_names_the_mmq_site) {
+  const TensorType type = GetParam();
+  const std::string site = "mmq_" + std::string(type_name(type));
+  test::ScopedEnv inject("MINFER_CUDA_FAIL_LAUNCH", site.c_str());
+  const int64_t m = 8, k = mmq_ks(type)[0], n = 16;
+  DeviceBuffer dw(row_bytes(type, k) * m), dx(static_cast<size_t>(k * n) * 4), dy(static_cast<size_t>(m * n) * 4);
+  DeviceBuffer dq(cuda::quantized_activation_bytes(type, k, n));
+  dw.fill(0);
+  dx.fill(0);
+  ASSERT_TRUE(cuda::quantize_activations(type, dx.as<float>(), k, n, dq.get(), stream_));
+  cuda::clear_launch_failure();
+  EXPECT_FALSE(cuda::matmul(type, dw.get(), k, m, dx.as<float>(), dq.get(), n, dy.as<float>(), m, stream_));
+  ASSERT_NE(cuda::launch_failure(), nullptr);
+  EXPECT_EQ(std::string(cuda::launch_failure()->site), site);
+  cuda::clear_launch_failure();
+  EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+}
+
+INSTANTIATE_TEST_SUITE_P(QuantizedTypes, CudaMmq, ::testing::ValuesIn(kMmqTypes), test::type_param_name);
+
+TEST(CudaMmqApi, accepts_only_quantized_types_with_16_byte_aligned_weights) {
+  alignas(16) static uint8_t w[64];
+  for (const TensorType t : kMmqTypes) {
+    EXPECT_TRUE(cuda::mm::mmq_accepts(t, w, 100, 9)) << type_name(t);
+    EXPECT_FALSE(cuda::mm::mmq_accepts(t, w + 2, 100, 9)) << type_name(t);
+    EXPECT_GT(cuda::mm::mmq_smem_bytes(t), size_t{48} << 10) << type_name(t);
+    EXPECT_LE(cuda::mm::mmq_smem_bytes(t), size_t{227} << 10) << type_name(t);
+  }
+  for (const TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16}) EXPECT_FALSE(cuda::mm::mmq_accepts(t, w, 100, 9));
+  EXPECT_FALSE(cuda::mm::mmq_accepts(TensorType::Q4_0, w, int64_t{65536} * 128, 9));
+  EXPECT_EQ(cuda::mm::mmq_smem_optins().size(), std::size(kMmqTypes));
+}
+
+}  // namespace
+}  // namespace minfer
+
+#endif  // MINFER_HAS_CUDA
