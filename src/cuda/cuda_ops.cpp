@@ -140,8 +140,10 @@ size_t CudaBackend::node_scratch_bytes(const Graph& g, const Node& n) const {
     case Op::MatMul:
     case Op::MatMulAdd: {
       const Node& w = src(g, n, 0);
-      const int64_t k = w.ne[0];
-      return align_up(quantized_activation_bytes(w.type, k, src(g, n, 1).n_elements() / k));
+      const int64_t k = w.ne[0], nt = src(g, n, 1).n_elements() / k;
+      size_t b = align_up(quantized_activation_bytes(w.type, k, nt));
+      if (n.op == Op::MatMulAdd) b += align_up(static_cast<size_t>(w.ne[1] * nt) * sizeof(float));  // unfused product
+      return b;
     }
     case Op::FusedQKV: {
       const int64_t k = src(g, n, 0).ne[0], nt = src(g, n, 0).n_elements() / k;
@@ -163,6 +165,7 @@ size_t CudaBackend::node_scratch_bytes(const Graph& g, const Node& n) const {
       if (wu.type != wg.type) b += align_up(quantized_activation_bytes(wu.type, k, nt));
       b += 2 * align_up(static_cast<size_t>(ff * nt) * sizeof(float));
       b += align_up(quantized_activation_bytes(wd.type, ff, nt));
+      if (n.n_src == 5) b += align_up(static_cast<size_t>(wd.ne[1] * nt) * sizeof(float));  // unfused product
       return b;
     }
     case Op::Attn: {
@@ -333,10 +336,17 @@ void op_matmul(const OpArgs& a) {
   matmul_into(a, 0, a.in(1), qx, n, a.out(), a.s(0).ne[1]);
 }
 
-/// out = r + out for out, r [m, n] (the CPU's Add(r, product): one rounded add each).
-void add_residual(const OpArgs& a, const float* r, int64_t m, int64_t n) {
+/// The unfused residual step: the product y [m, n] goes to the scratch at `*cursor` (advanced;
+/// binary()'s operands are __restrict__, so the add never runs in place), then out = r + y (the
+/// CPU's Add(r, product): one rounded add each).
+void product_then_residual(const OpArgs& a, int wi, const float* x, const void* qx, int64_t n, const float* r,
+                           size_t* cursor) {
+  const int64_t m = a.s(wi).ne[1];
+  auto* y = reinterpret_cast<float*>(a.scratch + *cursor);
+  *cursor += align_up(static_cast<size_t>(m * n) * sizeof(float));
+  matmul_into(a, wi, x, qx, n, y, m);
   const Shape4 s{m, n, 1, 1};
-  launched(binary(BinaryOp::Add, r, a.out(), a.out(), s, s, a.stream), a);
+  launched(binary(BinaryOp::Add, r, y, a.out(), s, s, a.stream), a);
 }
 
 // srcs: W, x, r: out = r + W^T x. One launch with the add in the epilogue where the MMVQ kernels
@@ -357,8 +367,7 @@ void op_matmul_add(const OpArgs& a) {
     launched(matmul_fused(t, k, &o, 1, qx, n, a.stream), a);
     return;
   }
-  matmul_into(a, 0, a.in(1), qx, n, a.out(), m);
-  add_residual(a, a.in(2), m, n);
+  product_then_residual(a, 0, a.in(1), qx, n, a.in(2), &cursor);
 }
 
 // srcs: x, Wq, Wk, Wv [, bq, bk, bv]; output planar: q [dq, n], then k, then v. The projections
@@ -446,8 +455,11 @@ void op_fused_ffn(const OpArgs& a) {
     launched(matmul_fused(td, ff, &o, 1, qh, n, a.stream), a);
     return;
   }
+  if (res != nullptr) {
+    product_then_residual(a, 3, gate, qh, n, res, &cursor);
+    return;
+  }
   matmul_into(a, 3, gate, qh, n, a.out(), m);
-  if (res != nullptr) add_residual(a, res, m, n);
 }
 
 using OpFn = void (*)(const OpArgs&);
