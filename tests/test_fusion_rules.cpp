@@ -194,6 +194,29 @@ TEST(FusionRules, TheQkvRopeStoreChainBecomesOneOpAndTheAttnReadsTheRegions) {
   }
 }
 
+TEST(FusionRules, TheCpuBackendKeepsTheRopesAndKvStores) {
+  const BlockWeights w;
+  for (bool norm : {false, true}) {
+    NodeId attn;
+    Graph g = block_graph(w, norm, false, &attn);
+    cpu::CpuBackend cpu(1);
+    Backend* bks[2] = {&cpu, nullptr};
+    const FusionStats st = run_fusion_pass(g, bks);
+    EXPECT_EQ(st.qkv, 1) << "the CPU fuses q/k/v";
+    EXPECT_EQ(st.rope_store, 0);
+    EXPECT_EQ(st.residual, 0);
+    const Node& a = g.node(attn);
+    EXPECT_EQ(g.node(a.src[0]).op, Op::Rope);
+    EXPECT_EQ(g.node(a.src[1]).op, Op::KvcacheStore);
+    EXPECT_EQ(g.node(a.src[2]).op, Op::KvcacheStore);
+    for (const Node& n : g.nodes()) {
+      if (n.dead) continue;
+      EXPECT_NE(n.op, Op::QkvBiasRopeStore);
+      EXPECT_NE(n.op, Op::MatMulAdd);
+    }
+  }
+}
+
 TEST(FusionRules, RopesOfDifferentPositionsAreNotFused) {
   const BlockWeights w;
   NodeId attn;
