@@ -16,6 +16,8 @@ namespace {
 // The table. Keep it sorted by name; every MINFER_* variable read anywhere must be here.
 constexpr std::array kTable = {
     EnvVar{"MINFER_CACHE_TYPE", "", "KV cache format when --cache-type is not given: f32, f16 or q8_0"},
+    EnvVar{"MINFER_CUDA_ATTN_CHUNK", "0",
+           "tuning: KV cells per range of the CUDA decode attention (0: chosen from the window and the SM count)"},
     EnvVar{"MINFER_CUDA_FAIL_LAUNCH", "",
            "test only: make the CUDA launch whose site name matches this value fail (failure injection)"},
     EnvVar{"MINFER_CUDA_PROFILE", "0",

@@ -42,6 +42,8 @@ std::vector<TensorType> matrix_types(int64_t k) {
 }  // namespace
 
 CudaBackend::CudaBackend() : ctx_(CudaContext::instance()) {
+  attn_chunk_ = env_int("MINFER_CUDA_ATTN_CHUNK", 0);  // before anything is allocated
+  if (attn_chunk_ < 0) fail("environment variable MINFER_CUDA_ATTN_CHUNK={} must be 0 (auto) or a cell count", attn_chunk_);
   check_latched("creating a CUDA backend");
   cudaError_t e = cudaSetDevice(ctx_.info().device);
   if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);

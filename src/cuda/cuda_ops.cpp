@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/kernels/attn_decode.cuh"
 #include "cuda/kernels/attention.cuh"
 #include "cuda/kernels/batch_matmul.cuh"
 #include "cuda/kernels/elementwise.cuh"
@@ -14,6 +15,7 @@
 #include "cuda/kernels/matmul.cuh"
 #include "cuda/kernels/norm.cuh"
 #include "cuda/kernels/rope.cuh"
+#include "cuda/kernels/rope_store.cuh"
 #include "quant/quant.h"
 
 namespace minfer::cuda {
@@ -61,7 +63,8 @@ std::string check_f32_sources(const Graph& g, const Node& n, std::initializer_li
 }  // namespace
 
 bool CudaBackend::supports_fused(Op op) const {
-  return op == Op::SwiGLU || op == Op::FusedQKV || op == Op::FusedFFN;
+  return op == Op::SwiGLU || op == Op::FusedQKV || op == Op::FusedFFN || op == Op::MatMulAdd ||
+         op == Op::QkvBiasRopeStore;
 }
 
 std::string CudaBackend::unsupported_reason(const Graph& g, const Node& n) const {
@@ -85,8 +88,11 @@ std::string CudaBackend::unsupported_reason(const Graph& g, const Node& n) const
     case Op::Rope:
       if (n.p.n_rot > kMaxRopeDims) return fmt::format("n_rot {} exceeds {}", n.p.n_rot, kMaxRopeDims);
       return check_f32_sources(g, n, {0});
-    case Op::MatMul: {
+    case Op::MatMul:
+    case Op::MatMulAdd: {
       if (auto r = check_f32_sources(g, n, {1}); !r.empty()) return r;
+      if (n.op == Op::MatMulAdd)
+        if (auto r = check_f32_sources(g, n, {2}); !r.empty()) return r;
       return matmul_reason(src(g, n, 0).type, src(g, n, 0).ne[0]);
     }
     case Op::FusedQKV:
@@ -95,6 +101,7 @@ std::string CudaBackend::unsupported_reason(const Graph& g, const Node& n) const
       for (int i = 1; i <= 3; ++i)
         if (auto r = matmul_reason(src(g, n, i).type, src(g, n, i).ne[0]); !r.empty()) return r;
       if (n.op == Op::FusedQKV && n.p.has_bias) return check_f32_sources(g, n, {4, 5, 6});
+      if (n.op == Op::FusedFFN && n.n_src == 5) return check_f32_sources(g, n, {4});
       return {};
     }
     case Op::GetRows:
@@ -107,6 +114,15 @@ std::string CudaBackend::unsupported_reason(const Graph& g, const Node& n) const
       if (!kv_type_supported(t)) return fmt::format("KV format {} is not supported (f32, f16, q8_0)", type_name(t));
       if (n.op == Op::KvcacheStore) return check_f32_sources(g, n, {0});
       return {};
+    }
+    case Op::QkvBiasRopeStore: {
+      const TensorType kt = src(g, n, 1).type, vt = src(g, n, 2).type;
+      if (kt != vt) return fmt::format("K ({}) and V ({}) regions differ in format", type_name(kt), type_name(vt));
+      if (const char* why = rope_store_unsupported(n.p.head_dim, n.p.n_rot, kt); *why != '\0') return why;
+      if (src(g, n, 0).ne[1] > kRopeStoreMaxTokens)
+        return fmt::format("{} tokens exceed the {} a launch takes", src(g, n, 0).ne[1], kRopeStoreMaxTokens);
+      if (n.p.has_qk_norm) return check_f32_sources(g, n, {0, 5, 6});
+      return check_f32_sources(g, n, {0});
     }
     case Op::Attn: {
       const TensorType kt = src(g, n, 1).type, vt = src(g, n, 2).type;
@@ -121,10 +137,13 @@ std::string CudaBackend::unsupported_reason(const Graph& g, const Node& n) const
 
 size_t CudaBackend::node_scratch_bytes(const Graph& g, const Node& n) const {
   switch (n.op) {
-    case Op::MatMul: {
+    case Op::MatMul:
+    case Op::MatMulAdd: {
       const Node& w = src(g, n, 0);
-      const int64_t k = w.ne[0];
-      return align_up(quantized_activation_bytes(w.type, k, src(g, n, 1).n_elements() / k));
+      const int64_t k = w.ne[0], nt = src(g, n, 1).n_elements() / k;
+      size_t b = align_up(quantized_activation_bytes(w.type, k, nt));
+      if (n.op == Op::MatMulAdd) b += align_up(static_cast<size_t>(w.ne[1] * nt) * sizeof(float));  // unfused product
+      return b;
     }
     case Op::FusedQKV: {
       const int64_t k = src(g, n, 0).ne[0], nt = src(g, n, 0).n_elements() / k;
@@ -146,10 +165,15 @@ size_t CudaBackend::node_scratch_bytes(const Graph& g, const Node& n) const {
       if (wu.type != wg.type) b += align_up(quantized_activation_bytes(wu.type, k, nt));
       b += 2 * align_up(static_cast<size_t>(ff * nt) * sizeof(float));
       b += align_up(quantized_activation_bytes(wd.type, ff, nt));
+      if (n.n_src == 5) b += align_up(static_cast<size_t>(wd.ne[1] * nt) * sizeof(float));  // unfused product
       return b;
     }
-    case Op::Attn:
-      return attn_plan(attn_shape(g, n), ctx_.info().sm_count).scratch_bytes;
+    case Op::Attn: {
+      const AttnShape s = attn_shape(g, n);
+      if (*attn_decode_unsupported(s, src(g, n, 1).type) == '\0')
+        return attn_decode_plan(s, ctx_.info().sm_count, attn_chunk_).scratch_bytes;
+      return attn_plan(s, ctx_.info().sm_count).scratch_bytes;
+    }
     default:
       return 0;
   }
@@ -167,6 +191,7 @@ struct OpArgs {
   uint8_t* scratch;
   uint32_t* fault;
   int sm_count;
+  int64_t attn_chunk;  ///< MINFER_CUDA_ATTN_CHUNK (0 = auto)
 
   template <typename T = float>
   T* in(int i) const { return static_cast<T*>(plan.src_data(g, n, i)); }
@@ -231,6 +256,35 @@ void op_kv_store(const OpArgs& a) {
   launched(kv_store(r.type, a.in(0), a.in<int32_t>(2), d, a.s(0).ne[1], a.in<void>(1),
                     row_bytes(r.type, d), r.ne[1], a.fault, a.stream), a);
 }
+// srcs: qkv (planar FusedQKV output), K region, V region, pos, cells [, q_norm, k_norm].
+void op_rope_store(const OpArgs& a) {
+  const Node& kr = a.s(1);
+  RopeStoreArgs r;
+  r.qkv = a.in(0);
+  r.n_tok = a.s(0).ne[1];
+  r.head_dim = a.n.p.head_dim;
+  r.n_head = a.n.p.n_head;
+  r.n_head_kv = a.n.p.n_head_kv;
+  r.n_rot = a.n.p.n_rot;
+  // The CPU's expression (src/cpu/kernels_norm_rope.cpp), as op_rope evaluates it.
+  r.theta_scale = std::pow(a.n.p.rope_theta, -2.0f / static_cast<float>(a.n.p.n_rot));
+  r.pos = a.in<int32_t>(3);
+  r.cells = a.in<int32_t>(4);
+  if (a.n.p.has_qk_norm) {
+    r.q_norm = a.in(5);
+    r.k_norm = a.in(6);
+    r.eps = a.n.p.eps;
+  }
+  r.q_out = a.out();
+  r.k_region = a.in<void>(1);
+  r.v_region = a.in<void>(2);
+  r.row_bytes = row_bytes(kr.type, kr.ne[0]);
+  r.n_cells = kr.ne[1];
+  r.kv_type = kr.type;
+  r.fault = a.fault;
+  launched(rope_store(r, a.stream), a);
+}
+
 void op_kv_load(const OpArgs& a) {
   const Node& r = a.s(0);
   launched(kv_load(r.type, a.in<void>(0), row_bytes(r.type, r.ne[0]), r.ne[0], a.n.p.n_kv, a.out(), a.stream), a);
@@ -249,7 +303,12 @@ void op_attn(const OpArgs& a) {
   args.scale = a.n.p.scale;
   args.out = a.out();
   args.scratch = a.scratch;
-  launched(attention(a.s(1).type, s, attn_plan(s, a.sm_count), args, a.stream), a);
+  const TensorType kv = a.s(1).type;
+  // Decode shapes (nt <= 8) take the split-K decode kernels; the plan never depends on nt.
+  if (*attn_decode_unsupported(s, kv) == '\0')
+    launched(attn_decode(kv, s, attn_decode_plan(s, a.sm_count, a.attn_chunk), args, a.stream), a);
+  else
+    launched(attention(kv, s, attn_plan(s, a.sm_count), args, a.stream), a);
 }
 
 /// y [m, n] (rows ldy apart) = W^T x for weights `w` of node source `wi`; `qx` holds the
@@ -277,42 +336,130 @@ void op_matmul(const OpArgs& a) {
   matmul_into(a, 0, a.in(1), qx, n, a.out(), a.s(0).ne[1]);
 }
 
-// srcs: x, Wq, Wk, Wv [, bq, bk, bv]; output planar: q [dq, n], then k, then v.
+/// The unfused residual step: the product y [m, n] goes to the scratch at `*cursor` (advanced;
+/// binary()'s operands are __restrict__, so the add never runs in place), then out = r + y (the
+/// CPU's Add(r, product): one rounded add each).
+void product_then_residual(const OpArgs& a, int wi, const float* x, const void* qx, int64_t n, const float* r,
+                           size_t* cursor) {
+  const int64_t m = a.s(wi).ne[1];
+  auto* y = reinterpret_cast<float*>(a.scratch + *cursor);
+  *cursor += align_up(static_cast<size_t>(m * n) * sizeof(float));
+  matmul_into(a, wi, x, qx, n, y, m);
+  const Shape4 s{m, n, 1, 1};
+  launched(binary(BinaryOp::Add, r, y, a.out(), s, s, a.stream), a);
+}
+
+// srcs: W, x, r: out = r + W^T x. One launch with the add in the epilogue where the MMVQ kernels
+// serve the shape (matmul_fused_supported), else the product and then the add.
+void op_matmul_add(const OpArgs& a) {
+  const TensorType t = a.s(0).type;
+  const int64_t k = a.s(0).ne[0], m = a.s(0).ne[1], n = a.s(1).n_elements() / k;
+  size_t cursor = 0;
+  const void* qx = quantize_into(a, t, a.in(1), k, n, &cursor);
+  if (matmul_fused_supported(t, k, n)) {
+    MatmulOut o;
+    o.w = a.in<void>(0);
+    o.m = m;
+    o.y = a.out();
+    o.ldy = m;
+    o.residual = a.in(2);
+    o.ldr = m;
+    launched(matmul_fused(t, k, &o, 1, qx, n, a.stream), a);
+    return;
+  }
+  product_then_residual(a, 0, a.in(1), qx, n, a.in(2), &cursor);
+}
+
+// srcs: x, Wq, Wk, Wv [, bq, bk, bv]; output planar: q [dq, n], then k, then v. The projections
+// of one weight type share their quantized x; where the MMVQ kernels serve it, every projection
+// of that type (with its bias) is one launch.
 void op_fused_qkv(const OpArgs& a) {
   const float* x = a.in(0);
   const int64_t k = a.s(0).ne[0], n = a.s(0).n_elements() / k;
   size_t cursor = 0;
   const void* qx[3] = {nullptr, nullptr, nullptr};
+  float* planes[3];
   float* plane = a.out();
   for (int p = 0; p < 3; ++p) {
+    planes[p] = plane;
+    plane += a.s(1 + p).ne[1] * n;
+  }
+  bool done[3] = {false, false, false};
+  for (int p = 0; p < 3; ++p) {
+    if (done[p]) continue;
     const TensorType t = a.s(1 + p).type;
-    for (int j = 0; j < p; ++j)
-      if (a.s(1 + j).type == t) qx[p] = qx[j];  // same weight type: same quantized activations
+    for (int j = 0; j < p; ++j)  // an earlier group of the same activation family
+      if (qx[p] == nullptr && same_activations(a.s(1 + j).type, t)) qx[p] = qx[j];
     if (qx[p] == nullptr) qx[p] = quantize_into(a, t, x, k, n, &cursor);
-    const int64_t m = a.s(1 + p).ne[1];
-    matmul_into(a, 1 + p, x, qx[p], n, plane, m);
-    if (a.n.p.has_bias) launched(add_bias(plane, a.in(4 + p), m, n, a.stream), a);
-    plane += m * n;
+    if (matmul_fused_supported(t, k, n)) {
+      MatmulOut outs[3];
+      int n_outs = 0;
+      for (int j = p; j < 3; ++j) {
+        if (a.s(1 + j).type != t) continue;
+        MatmulOut& o = outs[n_outs++];
+        o.w = a.in<void>(1 + j);
+        o.m = a.s(1 + j).ne[1];
+        o.y = planes[j];
+        o.ldy = o.m;
+        o.bias = a.n.p.has_bias ? a.in(4 + j) : nullptr;
+        done[j] = true;
+        qx[j] = qx[p];
+      }
+      launched(matmul_fused(t, k, outs, n_outs, qx[p], n, a.stream), a);
+      continue;
+    }
+    for (int j = p; j < 3; ++j) {
+      if (a.s(1 + j).type != t) continue;
+      const int64_t m = a.s(1 + j).ne[1];
+      matmul_into(a, 1 + j, x, qx[p], n, planes[j], m);
+      if (a.n.p.has_bias) launched(add_bias(planes[j], a.in(4 + j), m, n, a.stream), a);
+      done[j] = true;
+      qx[j] = qx[p];
+    }
   }
 }
 
-// srcs: x, Wgate, Wup, Wdown: out = Wdown^T (silu(Wgate^T x) * (Wup^T x)).
+// srcs: x, Wgate, Wup, Wdown [, r]: out = Wdown^T (silu(Wgate^T x) * (Wup^T x)) [+ r].
+// Where the MMVQ kernels serve them, gate, up and SwiGLU are one launch and the residual add
+// is the down product's epilogue.
 void op_fused_ffn(const OpArgs& a) {
   const float* x = a.in(0);
   const int64_t k = a.s(0).ne[0], n = a.s(0).n_elements() / k;
   const int64_t ff = a.s(1).ne[1];
+  const TensorType tg = a.s(1).type, tu = a.s(2).type, td = a.s(3).type;
+  const int64_t m = a.s(3).ne[1];
+  const float* res = a.n.n_src == 5 ? a.in(4) : nullptr;
   size_t cursor = 0;
-  const void* qg = quantize_into(a, a.s(1).type, x, k, n, &cursor);
-  const void* qu = a.s(2).type == a.s(1).type ? qg : quantize_into(a, a.s(2).type, x, k, n, &cursor);
+  const void* qg = quantize_into(a, tg, x, k, n, &cursor);
   auto* gate = reinterpret_cast<float*>(a.scratch + cursor);
   cursor += align_up(static_cast<size_t>(ff * n) * sizeof(float));
-  auto* up = reinterpret_cast<float*>(a.scratch + cursor);
-  cursor += align_up(static_cast<size_t>(ff * n) * sizeof(float));
-  matmul_into(a, 1, x, qg, n, gate, ff);
-  matmul_into(a, 2, x, qu, n, up, ff);
-  launched(swiglu(gate, up, gate, ff * n, a.stream), a);
-  const void* qh = quantize_into(a, a.s(3).type, gate, ff, n, &cursor);
-  matmul_into(a, 3, gate, qh, n, a.out(), a.s(3).ne[1]);
+  if (tu == tg && matmul_fused_supported(tg, k, n)) {
+    launched(matmul_swiglu(tg, k, ff, a.in<void>(1), a.in<void>(2), qg, n, gate, ff, nullptr, 0, a.stream), a);
+  } else {
+    const void* qu = same_activations(tu, tg) ? qg : quantize_into(a, tu, x, k, n, &cursor);
+    auto* up = reinterpret_cast<float*>(a.scratch + cursor);
+    cursor += align_up(static_cast<size_t>(ff * n) * sizeof(float));
+    matmul_into(a, 1, x, qg, n, gate, ff);
+    matmul_into(a, 2, x, qu, n, up, ff);
+    launched(swiglu(gate, up, gate, ff * n, a.stream), a);
+  }
+  const void* qh = quantize_into(a, td, gate, ff, n, &cursor);
+  if (res != nullptr && matmul_fused_supported(td, ff, n)) {
+    MatmulOut o;
+    o.w = a.in<void>(3);
+    o.m = m;
+    o.y = a.out();
+    o.ldy = m;
+    o.residual = res;
+    o.ldr = m;
+    launched(matmul_fused(td, ff, &o, 1, qh, n, a.stream), a);
+    return;
+  }
+  if (res != nullptr) {
+    product_then_residual(a, 3, gate, qh, n, res, &cursor);
+    return;
+  }
+  matmul_into(a, 3, gate, qh, n, a.out(), m);
 }
 
 using OpFn = void (*)(const OpArgs&);
@@ -332,6 +479,7 @@ constexpr OpEntry kOpTable[] = {
     {Op::FusedFFN, op_fused_ffn}, {Op::BatchMatMul, op_batch_matmul},
     {Op::GetRows, op_get_rows},  {Op::KvcacheStore, op_kv_store},
     {Op::KvcacheLoad, op_kv_load}, {Op::Attn, op_attn},
+    {Op::MatMulAdd, op_matmul_add}, {Op::QkvBiasRopeStore, op_rope_store},
 };
 
 OpFn find_op(Op op) {
@@ -351,7 +499,7 @@ void CudaBackend::run_node(const Graph& g, const graph::ExecPlan& plan, NodeId i
   if (const cudaError_t e = take_latched_error(); e != cudaSuccess)
     fail("node {} ({}): a CUDA error was latched before its launch (raised by an earlier call, "
          "not by this node): {}", n.name, graph::op_name(n.op), cuda_error_text(e));
-  fn(OpArgs{g, plan, n, id, stream_, static_cast<uint8_t*>(scratch_), fault_dev_, ctx_.info().sm_count});
+  fn(OpArgs{g, plan, n, id, stream_, static_cast<uint8_t*>(scratch_), fault_dev_, ctx_.info().sm_count, attn_chunk_});
 }
 
 void CudaBackend::run_direct(const Graph& g, const graph::ExecPlan& plan, size_t begin, size_t end) {
@@ -363,7 +511,9 @@ namespace {
 // "MatMul q4_K 3584x18944 n1": the op, the weight type and shape of matrix ops, the token count.
 std::string profile_class(const Graph& g, const Node& n) {
   std::string key(graph::op_name(n.op));
-  const int src_w = n.op == Op::MatMul ? 0 : (n.op == Op::FusedQKV || n.op == Op::FusedFFN) ? 1 : -1;
+  const int src_w = n.op == Op::MatMul || n.op == Op::MatMulAdd ? 0
+                    : (n.op == Op::FusedQKV || n.op == Op::FusedFFN) ? 1
+                                                                      : -1;
   if (src_w >= 0) {
     const Node& w = g.node(n.src[static_cast<size_t>(src_w)]);
     key += fmt::format(" {} {}x{}", type_name(w.type), w.ne[0], w.ne[1]);

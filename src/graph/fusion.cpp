@@ -166,6 +166,150 @@ int fuse_qkv(Graph& g, Backend* const backends[2]) {
   return fused;
 }
 
+// The Add node takes the fused op (its slot follows every source); the product dies.
+int fuse_residual(Graph& g, Backend* const backends[2]) {
+  int fused = 0;
+  const auto sole = sole_consumers(g);
+  for (size_t i = 0; i < g.size(); ++i) {
+    Node& a = g.nodes()[i];
+    if (a.dead || a.op != Op::Add || !fusable(backends, a, Op::MatMulAdd)) continue;
+    for (int side = 0; side < 2; ++side) {
+      const NodeId p_id = a.src[static_cast<size_t>(side)];
+      const NodeId r_id = a.src[static_cast<size_t>(1 - side)];
+      const Node& p = g.node(p_id);
+      const bool mm = p.op == Op::MatMul, ffn = p.op == Op::FusedFFN && p.n_src == 4;
+      if (!(mm || ffn) || sole[static_cast<size_t>(p_id)] != static_cast<NodeId>(i)) continue;
+      if (p.backend != a.backend || r_id == p_id) continue;
+      const Node& r = g.node(r_id);
+      if (r.ne != p.ne || r.type != TensorType::F32 || a.ne != p.ne) continue;  // no broadcast
+      Node f = p;
+      f.op = mm ? Op::MatMulAdd : Op::FusedFFN;
+      f.src[f.n_src] = r_id;
+      f.n_src = static_cast<uint8_t>(f.n_src + 1);
+      f.name = a.name;
+      f.is_output = a.is_output;
+      g.node(p_id).dead = true;
+      g.node(static_cast<NodeId>(i)) = std::move(f);
+      ++fused;
+      break;
+    }
+  }
+  return fused;
+}
+
+/// Follows `id` (read only by `consumer`) down through Reshapes, each read only by the node above
+/// it, to a View; returns the View (kNoNode when the chain is anything else) and appends the
+/// nodes passed (Reshapes and the View) to `chain`.
+NodeId view_below(const Graph& g, const std::vector<NodeId>& sole, NodeId id, NodeId consumer,
+                  std::vector<NodeId>* chain) {
+  while (true) {
+    if (sole[static_cast<size_t>(id)] != consumer) return kNoNode;
+    const Node& n = g.node(id);
+    chain->push_back(id);
+    if (n.op == Op::View) return id;
+    if (n.op != Op::Reshape) return kNoNode;
+    consumer = id;
+    id = n.src[0];
+  }
+}
+
+/// The q (or k) operand of a Rope: [QkNorm ->] Reshape* -> View. Returns the View, sets *norm to
+/// the QkNorm (or kNoNode) and appends every node passed to `chain`.
+NodeId rope_operand(const Graph& g, const std::vector<NodeId>& sole, NodeId rope, NodeId* norm,
+                    std::vector<NodeId>* chain) {
+  NodeId id = g.node(rope).src[0], consumer = rope;
+  *norm = kNoNode;
+  if (g.node(id).op == Op::QkNorm) {
+    if (sole[static_cast<size_t>(id)] != rope) return kNoNode;
+    *norm = id;
+    chain->push_back(id);
+    consumer = id;
+    id = g.node(id).src[0];
+  }
+  return view_below(g, sole, id, consumer, chain);
+}
+
+// Attn(Rope(q), KvcacheStore(Rope(k), K, cells), KvcacheStore(v, V, cells), ...) where q, k and v
+// are the planes of one FusedQKV (q and k optionally through QkNorm) -> QkvBiasRopeStore in the
+// q Rope's slot; the Attn then reads the regions K and V directly.
+int fuse_rope_store(Graph& g, Backend* const backends[2]) {
+  int fused = 0;
+  const auto sole = sole_consumers(g);
+  const auto only = [&](NodeId id, NodeId consumer) { return sole[static_cast<size_t>(id)] == consumer; };
+  for (size_t i = 0; i < g.size(); ++i) {
+    Node& at = g.nodes()[i];
+    const auto a_id = static_cast<NodeId>(i);
+    if (at.dead || at.op != Op::Attn || !fusable(backends, at, Op::QkvBiasRopeStore)) continue;
+    const NodeId rq_id = at.src[0], sk_id = at.src[1], sv_id = at.src[2];
+    const Node& rq = g.node(rq_id);
+    const Node& sk = g.node(sk_id);
+    const Node& sv = g.node(sv_id);
+    if (rq.op != Op::Rope || sk.op != Op::KvcacheStore || sv.op != Op::KvcacheStore) continue;
+    if (!only(rq_id, a_id) || !only(sk_id, a_id) || !only(sv_id, a_id) || sk.src[2] != sv.src[2]) continue;
+    const NodeId rk_id = sk.src[0];
+    const Node& rk = g.node(rk_id);
+    if (rk.op != Op::Rope || !only(rk_id, sk_id) || rk.src[1] != rq.src[1] || rk.p.head_dim != rq.p.head_dim ||
+        rk.p.n_rot != rq.p.n_rot || rk.p.rope_theta != rq.p.rope_theta)
+      continue;
+    std::vector<NodeId> chain;
+    NodeId nq = kNoNode, nk = kNoNode;
+    const NodeId vq = rope_operand(g, sole, rq_id, &nq, &chain);
+    const NodeId vk = rope_operand(g, sole, rk_id, &nk, &chain);
+    const NodeId vv = view_below(g, sole, sv.src[0], sv_id, &chain);
+    if (vq == kNoNode || vk == kNoNode || vv == kNoNode || (nq == kNoNode) != (nk == kNoNode)) continue;
+    const int64_t hd = rq.p.head_dim;
+    if (nq != kNoNode && (g.node(nq).p.eps != g.node(nk).p.eps || g.node(nq).p.head_dim != hd ||
+                          g.node(nk).p.head_dim != hd))
+      continue;
+    const NodeId f_id = g.node(vq).src[0];
+    const Node& f = g.node(f_id);
+    if (f.op != Op::FusedQKV || g.node(vk).src[0] != f_id || g.node(vv).src[0] != f_id) continue;
+    const int64_t nt = f.ne[1], dq = rq.ne[0], dk = rk.ne[0], dv = g.node(sv.src[0]).ne[0];
+    const auto plane = [&](NodeId v, int64_t dim, int64_t offset_rows) {
+      const Node& n = g.node(v);
+      return n.ne == Shape{dim, nt, 1, 1} && n.p.offset == static_cast<uint64_t>(offset_rows * nt) * sizeof(float);
+    };
+    if (hd <= 0 || dq + dk + dv != f.ne[0] || dk != dv || dq % hd != 0 || dk % hd != 0 || !plane(vq, dq, 0) ||
+        !plane(vk, dk, dq) || !plane(vv, dv, dq + dk) || at.p.head_dim != hd || at.p.n_head * hd != dq ||
+        at.p.n_head_kv * hd != dk)
+      continue;
+    const NodeId kreg = sk.src[1], vreg = sv.src[1], cells = sk.src[2], pos = rq.src[1];
+    bool ok = kreg < rq_id && vreg < rq_id && cells < rq_id && pos < rq_id;
+    for (NodeId id : {rk_id, sk_id, sv_id, f_id}) ok = ok && g.node(id).backend == at.backend;
+    for (NodeId id : chain) ok = ok && g.node(id).backend == at.backend;
+    if (nq != kNoNode) ok = ok && g.node(nq).src[1] < rq_id && g.node(nk).src[1] < rq_id;
+    if (!ok || rq.backend != at.backend) continue;
+
+    Node r;
+    r.op = Op::QkvBiasRopeStore;
+    r.backend = rq.backend;
+    r.type = TensorType::F32;
+    r.ne = rq.ne;
+    r.name = rq.name;
+    r.src = {f_id, kreg, vreg, pos, cells, kNoNode, kNoNode, kNoNode};
+    r.n_src = 5;
+    r.p.head_dim = static_cast<int32_t>(hd);
+    r.p.n_rot = rq.p.n_rot;
+    r.p.rope_theta = rq.p.rope_theta;
+    r.p.n_head = static_cast<int32_t>(dq / hd);
+    r.p.n_head_kv = static_cast<int32_t>(dk / hd);
+    if (nq != kNoNode) {
+      r.src[5] = g.node(nq).src[1];
+      r.src[6] = g.node(nk).src[1];
+      r.n_src = 7;
+      r.p.eps = g.node(nq).p.eps;
+      r.p.has_qk_norm = true;
+    }
+    for (NodeId id : chain) g.node(id).dead = true;
+    g.node(rk_id).dead = g.node(sk_id).dead = g.node(sv_id).dead = true;
+    at.src[1] = kreg;
+    at.src[2] = vreg;
+    g.node(rq_id) = std::move(r);
+    ++fused;
+  }
+  return fused;
+}
+
 }  // namespace
 
 FusionStats run_fusion_pass(Graph& g, Backend* const backends[2]) {
@@ -173,6 +317,8 @@ FusionStats run_fusion_pass(Graph& g, Backend* const backends[2]) {
   st.swiglu = fuse_swiglu(g, backends);
   st.ffn = fuse_ffn(g, backends);
   st.qkv = fuse_qkv(g, backends);
+  st.residual = fuse_residual(g, backends);
+  st.rope_store = fuse_rope_store(g, backends);
   g.validate();
   return st;
 }

@@ -4,6 +4,12 @@
 //  - MatMul(Wq, x), MatMul(Wk, x), MatMul(Wv, x) [+ bias Adds] -> FusedQKV(x, Wq, Wk, Wv[, bq,
 //    bk, bv]) with a planar output (q rows, then k rows, then v rows, each [dim, n_tokens]);
 //    the former outputs become Views of it.
+//  - Add(r, MatMul(W, x)) -> MatMulAdd(W, x, r); Add(r, FusedFFN(...)) -> FusedFFN(..., r)
+//    (either operand order; the product's only consumer is the Add, same shape): the residual
+//    add moves into the product's epilogue. Gated by supports_fused(Op::MatMulAdd) for both.
+//  - Attn(Rope(q), KvcacheStore(Rope(k), K, cells), KvcacheStore(v, V, cells), ...) with q, k, v
+//    the planes of one FusedQKV (q and k optionally through QkNorm) -> QkvBiasRopeStore (in the q
+//    Rope's slot) + the Attn reading K and V directly (graph.h "Fused ops").
 // Rewrites happen in place (the earliest node of a pattern becomes the fused op), so the node
 // order stays topological without moving nodes. Replaced nodes are marked dead.
 #pragma once
@@ -17,6 +23,8 @@ struct FusionStats {
   int swiglu = 0;
   int ffn = 0;
   int qkv = 0;
+  int residual = 0;    ///< Adds folded into MatMulAdd or FusedFFN
+  int rope_store = 0;  ///< QkvBiasRopeStore ops created
 };
 
 /// `backend_for(kind)` answers supports_fused for the node's backend (nullptr = no fusion).

@@ -46,6 +46,24 @@ enum class InputKind : uint8_t {
   Other,      ///< tests
 };
 
+// ---- Fused ops --------------------------------------------------------------------------------
+// Created only by the FusionPass (fusion.h), and only for nodes whose backend answers
+// supports_fused(op); each equals the chain of plain ops it replaces (bitwise, where the
+// backend's kernels promise it). Sources in order:
+//   FusedQKV   x [k, n], Wq, Wk, Wv [, bq, bk, bv] (p.has_bias): output planar
+//              [q rows * n | k rows * n | v rows * n], each plane [dim, n]; = MatMul (+ Add bias).
+//   FusedFFN   x [k, n], Wgate, Wup, Wdown [, r [n_embd, n]]: Wdown^T (silu(Wgate^T x) *
+//              (Wup^T x)) [+ r] (with r: the residual Add(r, ffn) that consumed it, as r + ffn).
+//   MatMulAdd  W [k, m], x [k, n], r [m, n]: r + W^T x (the Add(r, MatMul(W, x)) it replaces;
+//              r and the product have the same shape, no broadcast).
+//   QkvBiasRopeStore  qkv (a FusedQKV output, biases already added), K region, V region,
+//              pos [n] (i32), cells [n] (i32) [, q_norm w, k_norm w (p.has_qk_norm)]: per token,
+//              the q and k heads (QkNorm with p.eps first when has_qk_norm), Rope (p.head_dim,
+//              p.n_rot, p.rope_theta) of q and k, K and V rows stored at cells[t] (KvcacheStore);
+//              output: the rotated q [p.n_head * head_dim, n]. Heads: p.n_head q, p.n_head_kv
+//              k and v. The Attn that read the stores reads the regions directly afterwards
+//              (ordered after this node through q).
+
 /// Op parameters; each op reads the fields its doc names.
 struct NodeParams {
   float eps = 0.0f;          ///< RmsNorm, QkNorm, FusedQkvNorm
@@ -60,7 +78,8 @@ struct NodeParams {
   int64_t n_kv = 0;          ///< Attn, KvcacheLoad: cells in the attention window
   uint64_t offset = 0;       ///< View: byte offset into src0
   std::array<int8_t, 4> perm{0, 1, 2, 3};  ///< Permute
-  bool has_bias = false;     ///< FusedQKV, QkvBiasRopeStore
+  bool has_bias = false;     ///< FusedQKV
+  bool has_qk_norm = false;  ///< QkvBiasRopeStore: sources 5, 6 are the q and k norm weights
 };
 
 struct Node {

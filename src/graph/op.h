@@ -29,11 +29,13 @@ enum class Op : uint8_t {
   Reshape,       ///< alias of src0 with this node's shape (same element count)
   Permute,       ///< contiguous copy of src0 with axes permuted: out.ne[i] = in.ne[p.perm[i]]
   GetRows,       ///< rows of src0 [d, rows] (any type) selected by ids src1 [n] -> f32 [d, n]
-  // Fused ops (created by the FusionPass, only where a backend says it supports them).
+  // Fused ops (created by the FusionPass, only where a backend says it supports them; their
+  // sources and results are documented in graph.h, "Fused ops").
   FusedQKV,      ///< q/k/v projections (+biases) of one input; output planar: q plane, k, v
   QkvBiasRopeStore,  ///< decode: bias + rope of q and k, store k and v into the KV regions
-  FusedFFN,      ///< down(silu(gate x) * up x)
+  FusedFFN,      ///< down(silu(gate x) * up x) [+ residual]
   FusedQkvNorm,  ///< q/k RMS norm of the q and k planes of a FusedQKV output
+  MatMulAdd,     ///< r + W^T x: a MatMul with the residual Add that consumes it
   Count_,
 };
 

@@ -215,9 +215,9 @@ TEST(CudaGraphs, AnErrorInsideACaptureWindowAbortsItAndDisablesGraphs) {
   Chain::Session s(chain, dev, 1);
   for (int r = 0; r < 2; ++r) EXPECT_TRUE(test::bytes_equal(s.run(r), ref[static_cast<size_t>(r)]));
   {
-    test::ScopedEnv fail_env("MINFER_CUDA_FAIL_LAUNCH", "attn_split_f16");
+    test::ScopedEnv fail_env("MINFER_CUDA_FAIL_LAUNCH", "attn_decode_f16");  // nt = 1: the decode kernel
     const std::string msg = test::error_of([&] { s.run(2); });  // the capture run
-    EXPECT_CONTAINS(msg, "attn_split_f16");
+    EXPECT_CONTAINS(msg, "attn_decode_f16");
     EXPECT_CONTAINS(msg, "node attn");
   }
   cuda::GraphStats st = dev.graph_stats();

@@ -141,6 +141,14 @@ __host__ __device__ __forceinline__ float bf16_bits_to_float(uint16_t b) {
   return u32_as_float(static_cast<uint32_t>(b) << 16);
 }
 
+/// The CPU's silu, x / (1 + exp(-x)), with exp evaluated in double and rounded to float (the
+/// correctly rounded expf) and one rounded add and division: shared by every kernel that applies
+/// silu, so a fused epilogue gives the bits of the unfused kernel.
+__device__ __forceinline__ float silu_cpu(float x) {
+  const float e = static_cast<float>(exp(-static_cast<double>(x)));
+  return __fdiv_rn(x, __fadd_rn(1.0f, e));
+}
+
 /// Records a bad input in a backend's fault words (fault.h): the first reporter's value wins.
 __device__ __forceinline__ void report_fault(uint32_t* fault, uint32_t code, int32_t value) {
   if (atomicOr(&fault[0], code) == 0) fault[1] = static_cast<uint32_t>(value);

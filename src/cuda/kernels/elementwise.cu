@@ -36,11 +36,8 @@ __global__ void scale_kernel(const float* __restrict__ a, float* __restrict__ ou
     out[i] = __fmul_rn(a[i], s);
 }
 
-// The CPU's silu: x / (1 + exp(-x)), exp correctly rounded to float.
-__device__ __forceinline__ float silu_f(float x) {
-  const float e = static_cast<float>(exp(-static_cast<double>(x)));
-  return __fdiv_rn(x, __fadd_rn(1.0f, e));
-}
+// The CPU's silu (common.cuh silu_cpu: exp correctly rounded to float).
+__device__ __forceinline__ float silu_f(float x) { return silu_cpu(x); }
 
 __global__ void silu_kernel(const float* __restrict__ a, float* __restrict__ out, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;

@@ -5,6 +5,7 @@
 
 #include "cuda/kernels/common.cuh"
 #include "cuda/kernels/dequant.cuh"
+#include "cuda/kernels/kv_formulas.cuh"
 #include "cuda/kernels/launch.cuh"
 
 namespace minfer::cuda {
@@ -30,22 +31,6 @@ __global__ void kv_store_elem_kernel(const float* __restrict__ src, const int32_
   }
 }
 
-// quant_ref.h round_away_clamped: NaN -> 0, clamp to [lo, hi], then round half away from zero.
-__host__ __device__ __forceinline__ int round_away_clamped_dev(float t, int lo, int hi) {
-  if (t != t) t = 0.0f;
-  if (t <= static_cast<float>(lo)) return lo;
-  if (t >= static_cast<float>(hi)) return hi;
-  return static_cast<int>(roundf(t));
-}
-
-// The q8_0 steps of quant_ref.h quantize_row_q8_0: d = amax / 127, id = 1 / d (0 when d = 0),
-// q = round-half-away(x * id) in [-127, 127].
-__host__ __device__ __forceinline__ float q8_0_scale(float amax) { return div_rn(amax, 127.0f); }
-__host__ __device__ __forceinline__ float q8_0_inverse(float d) { return d != 0.0f ? div_rn(1.0f, d) : 0.0f; }
-__host__ __device__ __forceinline__ int8_t q8_0_level(float x, float id) {
-  return static_cast<int8_t>(round_away_clamped_dev(mul_rn(x, id), -127, 127));
-}
-
 // q8_0 store: one warp per 32-element block (grid-stride over n * kv_dim / 32 blocks).
 __global__ void kv_store_q8_0_kernel(const float* __restrict__ src, const int32_t* __restrict__ cells,
                                      int64_t kv_dim, int64_t n, uint8_t* __restrict__ region,
@@ -63,11 +48,7 @@ __global__ void kv_store_q8_0_kernel(const float* __restrict__ src, const int32_
       continue;  // uniform over the warp
     }
     const float x = src[t * kv_dim + b * 32 + lane];
-    const float d = q8_0_scale(warp_max(fabsf(x)));
-    const float id = q8_0_inverse(d);
-    uint8_t* blk = region + static_cast<size_t>(c) * row_bytes + static_cast<size_t>(b) * sizeof(block_q8_0);
-    reinterpret_cast<int8_t*>(blk + offsetof(block_q8_0, qs))[lane] = q8_0_level(x, id);
-    if (lane == 0) *reinterpret_cast<uint16_t*>(blk + offsetof(block_q8_0, d)) = float_to_half_bits(d);
+    store_q8_0_block(region + static_cast<size_t>(c) * row_bytes + static_cast<size_t>(b) * sizeof(block_q8_0), x, lane);
   }
 }
 

@@ -97,13 +97,77 @@ bool matmul(TensorType type, const void* W, int64_t k, int64_t m, const float* x
 
   const mm::MmvqArgs a{W, k, m, rb, static_cast<int>(n), y, ldy};
   switch (kind) {
-    case ActKind::Q8: return mm::launch_mmvq_legacy(type, a, mm::q8_view(L, qx), stream);
-    case ActKind::Q8K: return mm::launch_mmvq_kquant(type, a, mm::q8k_view(L, qx), stream);
+    case ActKind::Q8: return mm::launch_mmvq_legacy(type, mm::single_batch(a), mm::q8_view(L, qx), stream);
+    case ActKind::Q8K: return mm::launch_mmvq_kquant(type, mm::single_batch(a), mm::q8k_view(L, qx), stream);
     case ActKind::F32: return mm::launch_mmvq_float(type, a, x, k, stream);
     case ActKind::F16:
     case ActKind::BF16: return mm::launch_mmvq_float(type, a, qx, L.stride, stream);
   }
   return bad_args("matmul_bad_args");
+}
+
+bool same_activations(TensorType a, TensorType b) {
+  if (a == b) return true;
+  ActKind ka, kb;
+  return mm::act_kind_for(a, &ka) && mm::act_kind_for(b, &kb) && ka == kb &&
+         (ka == ActKind::Q8 || ka == ActKind::Q8K);
+}
+
+bool matmul_fused_supported(TensorType type, int64_t k, int64_t n) {
+  ActKind kind;
+  return matmul_supported(type, k, nullptr) && mm::act_kind_for(type, &kind) &&
+         (kind == ActKind::Q8 || kind == ActKind::Q8K) && n >= 1 && n <= 8;
+}
+
+namespace {
+
+/// The checks every fused matrix-vector call shares; fills the batch's type-wide fields.
+bool fused_args_ok(TensorType type, int64_t k, const void* qx, int64_t n, mm::MmvqBatch* b) {
+  if (!matmul_fused_supported(type, k, n) || !aligned(qx, 16)) return false;
+  b->k = k;
+  b->row_bytes = static_cast<int64_t>(row_bytes(type, k));
+  b->n = static_cast<int>(n);
+  for (int s = 0; s < b->n_seg; ++s) {
+    const mm::MmvqSegment& g = b->seg[s];
+    if (g.w == nullptr || g.y == nullptr || g.m < 1 || g.ldy < g.m || !aligned(g.w, 2) || !aligned(g.y, 4) ||
+        (g.res != nullptr && g.ldr < g.m))
+      return false;
+  }
+  return true;
+}
+
+bool launch_batch(TensorType type, const mm::MmvqBatch& b, const void* qx, cudaStream_t stream) {
+  ActKind kind;
+  mm::act_kind_for(type, &kind);
+  const ActLayout L = mm::act_layout(kind, b.k, b.n);
+  if (kind == ActKind::Q8) return mm::launch_mmvq_legacy(type, b, mm::q8_view(L, qx), stream);
+  return mm::launch_mmvq_kquant(type, b, mm::q8k_view(L, qx), stream);
+}
+
+}  // namespace
+
+bool matmul_fused(TensorType type, int64_t k, const MatmulOut* outs, int n_outs, const void* qx, int64_t n,
+                  cudaStream_t stream) {
+  mm::MmvqBatch b;
+  if (outs == nullptr || n_outs < 1 || n_outs > mm::kMmvqMaxSegments) return bad_args("matmul_fused_bad_args");
+  b.n_seg = n_outs;
+  for (int s = 0; s < n_outs; ++s)
+    b.seg[s] = {outs[s].w, outs[s].m, outs[s].y, outs[s].ldy, outs[s].bias, outs[s].residual, outs[s].ldr};
+  if (!fused_args_ok(type, k, qx, n, &b)) return bad_args("matmul_fused_bad_args");
+  if (latched("latched_before_matmul")) return false;
+  return launch_batch(type, b, qx, stream);
+}
+
+bool matmul_swiglu(TensorType type, int64_t k, int64_t m, const void* w_gate, const void* w_up, const void* qx,
+                   int64_t n, float* y, int64_t ldy, const float* residual, int64_t ldr, cudaStream_t stream) {
+  mm::MmvqBatch b;
+  b.glu = true;
+  b.n_seg = 2;
+  b.seg[0] = {w_gate, m, y, ldy, nullptr, residual, ldr};
+  b.seg[1] = {w_up, m, y, ldy, nullptr, nullptr, 0};
+  if (!fused_args_ok(type, k, qx, n, &b)) return bad_args("matmul_swiglu_bad_args");
+  if (latched("latched_before_matmul")) return false;
+  return launch_batch(type, b, qx, stream);
 }
 
 bool quantized_activations_to_host(TensorType type, const void* qx, int64_t k, int64_t n,

@@ -53,6 +53,44 @@ size_t quantized_activation_bytes(TensorType type, int64_t k, int64_t n);
 bool quantize_activations(TensorType type, const float* x, int64_t k, int64_t n, void* qx,
                           cudaStream_t stream);
 
+/// True when quantize_activations fills the same buffer for weights of types a and b (same row
+/// length and token count), so one quantization serves both: the same type, or two types of one
+/// activation family (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0; Q4_K/Q5_K/Q6_K).
+bool same_activations(TensorType a, TensorType b);
+
+/// One output of a fused matrix-vector product: y[j + t * ldy] = residual[j + t * ldr] +
+/// ((W_j . x_t) + bias[j]) for j < m, t < n; the bias add only when `bias` is set, the residual
+/// add only when `residual` is set. Each add is one rounded f32 operation, so the result is
+/// bitwise matmul() followed by the graph's Add ops (Add(y, b), then Add(residual, y)).
+struct MatmulOut {
+  const void* w = nullptr;          ///< weights [k, m], 2-byte aligned
+  int64_t m = 0;
+  float* y = nullptr;
+  int64_t ldy = 0;                  ///< >= m
+  const float* bias = nullptr;      ///< [m] or null
+  const float* residual = nullptr;  ///< [ldr, n] or null; must not overlap y
+  int64_t ldr = 0;                  ///< >= m when residual is set
+};
+
+/// True when matmul_fused / matmul_swiglu serve weights of `type` with rows of k for n token
+/// columns: a quantized type matmul_supported accepts (Q4_0 .. Q8_0, Q4_K .. Q6_K) and
+/// 1 <= n <= 8 (the MMVQ kernels). Otherwise the caller runs matmul() and the adds itself.
+bool matmul_fused_supported(TensorType type, int64_t k, int64_t n);
+
+/// Up to 3 outputs (weights of one type and row length k, all reading x [k, n]) in ONE launch:
+/// the rows of the outputs form one grid. `qx` is quantize_activations(type, x, k, n). Every
+/// dot product is the bit-identical one of matmul(). Records "matmul_fused_bad_args" and
+/// launches nothing when matmul_fused_supported is false or an output is malformed.
+bool matmul_fused(TensorType type, int64_t k, const MatmulOut* outs, int n_outs, const void* qx, int64_t n,
+                  cudaStream_t stream);
+
+/// y[j + t * ldy] = residual[j + t * ldr] + silu(Wg_j . x_t) * (Wu_j . x_t), j < m, in ONE launch
+/// (a warp computes gate row j and up row j); the residual add only when `residual` is set.
+/// silu is the CPU's (x / (1 + exp(-x)), exp correctly rounded), so the result is bitwise the
+/// two matmul() calls followed by the swiglu kernel (elementwise.cuh) and the Add.
+bool matmul_swiglu(TensorType type, int64_t k, int64_t m, const void* w_gate, const void* w_up, const void* qx,
+                   int64_t n, float* y, int64_t ldy, const float* residual, int64_t ldr, cudaStream_t stream);
+
 /// Copies the quantized activations back to the host in the CPU's block format: n rows of
 /// row_bytes(vec_dot_type, k) bytes (block_q8_0 / block_q8_1 / block_q8_K, or f16 / bf16
 /// elements), so tests can compare them with cpu::quantize_activations byte for byte. The one

@@ -34,10 +34,53 @@ struct MmvqArgs {
   int64_t ldy;
 };
 
-bool launch_mmvq_legacy(TensorType type, const MmvqArgs& a, const Q8View& acts,
-                        cudaStream_t stream);
-bool launch_mmvq_kquant(TensorType type, const MmvqArgs& a, const Q8KView& acts,
-                        cudaStream_t stream);
+/// One segment of output rows of a batched quantized MMVQ launch: for j < m (rows of the
+/// weights at `w`, MmvqBatch::row_bytes apart) and t < n,
+///   y[j + t * ldy] = res[j + t * ldr] + ((W_j . x_t) + bias[j])
+/// where the bias add happens only when `bias` is set and the residual add only when `res` is
+/// set; each add is one rounded f32 operation, so the result is bitwise the dot product followed
+/// by the graph's separate Add ops.
+struct MmvqSegment {
+  const void* w = nullptr;
+  int64_t m = 0;
+  float* y = nullptr;
+  int64_t ldy = 0;
+  const float* bias = nullptr;
+  const float* res = nullptr;
+  int64_t ldr = 0;
+};
+inline constexpr int kMmvqMaxSegments = 3;
+
+/// Segments of one weight type and row length k computed by ONE launch: the rows of the
+/// segments are concatenated into one grid (a warp finds its segment by its row index). With
+/// `glu`, exactly 2 segments of equal m (gate, up) and each warp computes row j of both:
+///   y0[j + t * ldy0] = res0[j + t * ldr0] + silu(gate_j . x_t) * (up_j . x_t)
+/// (silu as the CPU's: x / (1 + exp(-x)), exp correctly rounded; segment 1's y, bias and res
+/// are unused). The dot products are the bit-identical ones of the unbatched kernels.
+struct MmvqBatch {
+  MmvqSegment seg[kMmvqMaxSegments];
+  int n_seg = 1;
+  int64_t k = 0;
+  int64_t row_bytes = 0;
+  int n = 1;  ///< token columns, 1..8
+  bool glu = false;
+};
+
+/// A batch of one segment: the plain y = W^T x of `a`.
+inline MmvqBatch single_batch(const MmvqArgs& a) {
+  MmvqBatch b;
+  b.seg[0].w = a.w;
+  b.seg[0].m = a.m;
+  b.seg[0].y = a.y;
+  b.seg[0].ldy = a.ldy;
+  b.k = a.k;
+  b.row_bytes = a.row_bytes;
+  b.n = a.n;
+  return b;
+}
+
+bool launch_mmvq_legacy(TensorType type, const MmvqBatch& b, const Q8View& acts, cudaStream_t stream);
+bool launch_mmvq_kquant(TensorType type, const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream);
 /// F32: `acts` is x (f32, token column t at x + t * k); F16/BF16: the converted plane
 /// (uint16, column t at acts + t * act_stride).
 bool launch_mmvq_float(TensorType type, const MmvqArgs& a, const void* acts, int64_t act_stride,

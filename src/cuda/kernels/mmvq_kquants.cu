@@ -9,26 +9,20 @@
 // it to its running sum: the lanes are the contract's virtual lanes, in increasing t.
 #include "cuda/kernels/launch.cuh"
 #include "cuda/kernels/mmvq.cuh"
+#include "cuda/kernels/mmvq_batch.cuh"
 #include "cuda/kernels/mmvq_blocks.cuh"
 #include "cuda/kernels/mmvq_common.cuh"
 
 namespace minfer::cuda::mm {
 namespace {
 
+/// The dot products of weight row `row` (of a tensor of m rows at w) with the N activation
+/// columns; the result is in lane 0 of acc (the contract's fold). Called by the whole warp.
 template <TensorType kType, int N>
-__global__ void __launch_bounds__(kMmvqWarps * 32, N == 1 ? 8 : 4)
-    mmvq_kquant_kernel(const uint8_t* __restrict__ w, int64_t m, int64_t nb, int64_t row_bytes,
-                       Q8KView acts, float* __restrict__ y, int64_t ldy) {
+__device__ __forceinline__ void kquant_row_dot(const uint8_t* w, int64_t m, int64_t row, int64_t nb,
+                                               int64_t row_bytes, const Q8KView& acts, uint4* stage,
+                                               int lane, float (&acc)[N]) {
   using T = KQuant<kType>;
-  static_assert(T::CB % 4 == 0, "a chunk holds whole groups of 4 super-blocks");
-  static_assert(((14 + T::CB * T::kBytes + 15) >> 4) + 2 <= 32 * T::U + 1,
-                "a chunk at any 2-byte alignment (plus the over-read) fits the stage");
-  __shared__ uint4 stage_all[kMmvqWarps][32 * T::U + 1];
-
-  const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kMmvqWarps + warp;
-  if (row >= m) return;  // the whole warp leaves; no block-wide barrier follows
-  uint4* stage = stage_all[warp];
   const uint8_t* sb = reinterpret_cast<const uint8_t*>(stage);
   const int g = lane >> 3, part = lane & 7;
 
@@ -36,7 +30,6 @@ __global__ void __launch_bounds__(kMmvqWarps * 32, N == 1 ? 8 : 4)
   const uint64_t hi = lo + static_cast<uint64_t>(m) * static_cast<uint64_t>(row_bytes);
   const uint64_t row_start = lo + static_cast<uint64_t>(row) * static_cast<uint64_t>(row_bytes);
 
-  float acc[N];
 #pragma unroll
   for (int c = 0; c < N; ++c) acc[c] = 0.0f;
 
@@ -85,10 +78,33 @@ __global__ void __launch_bounds__(kMmvqWarps * 32, N == 1 ? 8 : 4)
     __syncwarp();  // the stage is rewritten by the next chunk
   }
 #pragma unroll
-  for (int c = 0; c < N; ++c) {
-    const float v = fold_lanes(acc[c]);
-    if (lane == 0) y[row + c * ldy] = v;
+  for (int c = 0; c < N; ++c) acc[c] = fold_lanes(acc[c]);
+}
+
+// One warp per grid row (mmvq_batch.cuh: the row's segment; with glu the gate and up rows).
+template <TensorType kType, int N, bool kGlu>
+__global__ void __launch_bounds__(kMmvqWarps * 32, N == 1 ? 8 : 4)
+    mmvq_kquant_kernel(const MmvqBatch b, const Q8KView acts) {
+  using T = KQuant<kType>;
+  static_assert(T::CB % 4 == 0, "a chunk holds whole groups of 4 super-blocks");
+  static_assert(((14 + T::CB * T::kBytes + 15) >> 4) + 2 <= 32 * T::U + 1,
+                "a chunk at any 2-byte alignment (plus the over-read) fits the stage");
+  __shared__ uint4 stage_all[kMmvqWarps][32 * T::U + 1];
+
+  const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
+  SegRow s;
+  if (!find_segment(b, static_cast<int64_t>(blockIdx.x) * kMmvqWarps + warp, &s))
+    return;  // the whole warp leaves; no block-wide barrier follows
+  const int64_t nb = b.k / 256;
+  float acc[N];
+  kquant_row_dot<kType, N>(s.w, s.m, s.row, nb, b.row_bytes, acts, stage_all[warp], lane, acc);
+  if constexpr (kGlu) {
+    float up[N];
+    kquant_row_dot<kType, N>(static_cast<const uint8_t*>(b.seg[1].w), s.m, s.row, nb, b.row_bytes, acts,
+                             stage_all[warp], lane, up);
+    swiglu_in_place(acc, up);
   }
+  if (lane == 0) store_row(s, acc);
 }
 
 #define MINFER_MMVQ_SITES(name)                                                        \
@@ -97,18 +113,14 @@ __global__ void __launch_bounds__(kMmvqWarps * 32, N == 1 ? 8 : 4)
         "mmvq_" name "_n5", "mmvq_" name "_n6", "mmvq_" name "_n7", "mmvq_" name "_n8" \
   }
 
-template <TensorType kType>
-bool launch_type(const MmvqArgs& a, const Q8KView& acts, cudaStream_t stream,
-                 const char* const* sites) {
-  const dim3 grid(static_cast<unsigned>((a.m + kMmvqWarps - 1) / kMmvqWarps));
+template <TensorType kType, bool kGlu>
+bool launch_type(const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, const char* const* sites) {
+  const dim3 grid(static_cast<unsigned>((batch_rows(b) + kMmvqWarps - 1) / kMmvqWarps));
   const dim3 block(kMmvqWarps * 32);
-  const auto* w = static_cast<const uint8_t*>(a.w);
-  const int64_t nb = a.k / 256;
-  switch (a.n) {
-#define MINFER_CASE(N)                                                                     \
-  case N:                                                                                  \
-    mmvq_kquant_kernel<kType, N><<<grid, block, 0, stream>>>(w, a.m, nb, a.row_bytes, acts, \
-                                                             a.y, a.ldy);                  \
+  switch (b.n) {
+#define MINFER_CASE(N)                                                         \
+  case N:                                                                      \
+    mmvq_kquant_kernel<kType, N, kGlu><<<grid, block, 0, stream>>>(b, acts);   \
     return MINFER_LAUNCH_CHECK(sites[N - 1]);
     MINFER_CASE(1)
     MINFER_CASE(2)
@@ -123,17 +135,28 @@ bool launch_type(const MmvqArgs& a, const Q8KView& acts, cudaStream_t stream,
   }
 }
 
+template <TensorType kType>
+bool launch_either(const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, const char* const* sites,
+                   const char* const* glu_sites) {
+  return b.glu ? launch_type<kType, true>(b, acts, stream, glu_sites)
+               : launch_type<kType, false>(b, acts, stream, sites);
+}
+
 }  // namespace
 
-bool launch_mmvq_kquant(TensorType type, const MmvqArgs& a, const Q8KView& acts,
-                        cudaStream_t stream) {
+bool launch_mmvq_kquant(TensorType type, const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream) {
   static const char* const kQ4_K[8] = MINFER_MMVQ_SITES("q4_K");
   static const char* const kQ5_K[8] = MINFER_MMVQ_SITES("q5_K");
   static const char* const kQ6_K[8] = MINFER_MMVQ_SITES("q6_K");
+  static const char* const kQ4_Kg[8] = MINFER_MMVQ_SITES("glu_q4_K");
+  static const char* const kQ5_Kg[8] = MINFER_MMVQ_SITES("glu_q5_K");
+  static const char* const kQ6_Kg[8] = MINFER_MMVQ_SITES("glu_q6_K");
+  if (b.n_seg < 1 || b.n_seg > kMmvqMaxSegments || (b.glu && (b.n_seg != 2 || b.seg[1].m != b.seg[0].m)))
+    return false;
   switch (type) {
-    case TensorType::Q4_K: return launch_type<TensorType::Q4_K>(a, acts, stream, kQ4_K);
-    case TensorType::Q5_K: return launch_type<TensorType::Q5_K>(a, acts, stream, kQ5_K);
-    case TensorType::Q6_K: return launch_type<TensorType::Q6_K>(a, acts, stream, kQ6_K);
+    case TensorType::Q4_K: return launch_either<TensorType::Q4_K>(b, acts, stream, kQ4_K, kQ4_Kg);
+    case TensorType::Q5_K: return launch_either<TensorType::Q5_K>(b, acts, stream, kQ5_K, kQ5_Kg);
+    case TensorType::Q6_K: return launch_either<TensorType::Q6_K>(b, acts, stream, kQ6_K, kQ6_Kg);
     default: return false;
   }
 }

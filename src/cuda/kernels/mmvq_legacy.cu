@@ -9,33 +9,26 @@
 // the accumulation contract and no term moves between lanes until the final fold.
 #include "cuda/kernels/launch.cuh"
 #include "cuda/kernels/mmvq.cuh"
+#include "cuda/kernels/mmvq_batch.cuh"
 #include "cuda/kernels/mmvq_blocks.cuh"
 #include "cuda/kernels/mmvq_common.cuh"
 
 namespace minfer::cuda::mm {
 namespace {
 
+/// The dot products of weight row `row` (of a tensor of m rows at w) with the N activation
+/// columns; the result is in lane 0 of acc (the contract's fold). Called by the whole warp.
 template <TensorType kType, int N>
-__global__ void __launch_bounds__(kMmvqWarps * 32, N <= 4 ? 8 : 6)
-    mmvq_legacy_kernel(const uint8_t* __restrict__ w, int64_t m, int64_t nb, int64_t row_bytes,
-                       Q8View acts, float* __restrict__ y, int64_t ldy) {
+__device__ __forceinline__ void legacy_row_dot(const uint8_t* w, int64_t m, int64_t row, int64_t nb,
+                                               int64_t row_bytes, const Q8View& acts, uint4* stage,
+                                               int lane, float (&acc)[N]) {
   using T = Legacy<kType>;
-  static_assert(T::CB % 32 == 0, "lane l must own the blocks t = l mod 32");
-  static_assert(((14 + T::CB * T::kBytes + 15) >> 4) + 2 <= 32 * T::U + 1,
-                "a chunk at any 2-byte alignment (plus 20 bytes of over-read) fits the stage");
-  __shared__ uint4 stage_all[kMmvqWarps][32 * T::U + 1];
-
-  const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kMmvqWarps + warp;
-  if (row >= m) return;  // the whole warp leaves; no block-wide barrier follows
-  uint4* stage = stage_all[warp];
   const uint8_t* sb = reinterpret_cast<const uint8_t*>(stage);
 
   const uint64_t lo = reinterpret_cast<uint64_t>(w);
   const uint64_t hi = lo + static_cast<uint64_t>(m) * static_cast<uint64_t>(row_bytes);
   const uint64_t row_start = lo + static_cast<uint64_t>(row) * static_cast<uint64_t>(row_bytes);
 
-  float acc[N];
 #pragma unroll
   for (int c = 0; c < N; ++c) acc[c] = 0.0f;
 
@@ -68,10 +61,33 @@ __global__ void __launch_bounds__(kMmvqWarps * 32, N <= 4 ? 8 : 6)
     __syncwarp();  // the stage is rewritten by the next chunk
   }
 #pragma unroll
-  for (int c = 0; c < N; ++c) {
-    const float v = fold_lanes(acc[c]);
-    if (lane == 0) y[row + c * ldy] = v;
+  for (int c = 0; c < N; ++c) acc[c] = fold_lanes(acc[c]);
+}
+
+// One warp per grid row (mmvq_batch.cuh: the row's segment; with glu the gate and up rows).
+template <TensorType kType, int N, bool kGlu>
+__global__ void __launch_bounds__(kMmvqWarps * 32, N <= 4 ? 8 : 6)
+    mmvq_legacy_kernel(const MmvqBatch b, const Q8View acts) {
+  using T = Legacy<kType>;
+  static_assert(T::CB % 32 == 0, "lane l must own the blocks t = l mod 32");
+  static_assert(((14 + T::CB * T::kBytes + 15) >> 4) + 2 <= 32 * T::U + 1,
+                "a chunk at any 2-byte alignment (plus 20 bytes of over-read) fits the stage");
+  __shared__ uint4 stage_all[kMmvqWarps][32 * T::U + 1];
+
+  const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
+  SegRow s;
+  if (!find_segment(b, static_cast<int64_t>(blockIdx.x) * kMmvqWarps + warp, &s))
+    return;  // the whole warp leaves; no block-wide barrier follows
+  const int64_t nb = b.k / 32;
+  float acc[N];
+  legacy_row_dot<kType, N>(s.w, s.m, s.row, nb, b.row_bytes, acts, stage_all[warp], lane, acc);
+  if constexpr (kGlu) {
+    float up[N];
+    legacy_row_dot<kType, N>(static_cast<const uint8_t*>(b.seg[1].w), s.m, s.row, nb, b.row_bytes, acts,
+                             stage_all[warp], lane, up);
+    swiglu_in_place(acc, up);
   }
+  if (lane == 0) store_row(s, acc);
 }
 
 #define MINFER_MMVQ_SITES(name)                                                        \
@@ -80,17 +96,14 @@ __global__ void __launch_bounds__(kMmvqWarps * 32, N <= 4 ? 8 : 6)
         "mmvq_" name "_n5", "mmvq_" name "_n6", "mmvq_" name "_n7", "mmvq_" name "_n8" \
   }
 
-template <TensorType kType>
-bool launch_type(const MmvqArgs& a, const Q8View& acts, cudaStream_t stream, const char* const* sites) {
-  const dim3 grid(static_cast<unsigned>((a.m + kMmvqWarps - 1) / kMmvqWarps));
+template <TensorType kType, bool kGlu>
+bool launch_type(const MmvqBatch& b, const Q8View& acts, cudaStream_t stream, const char* const* sites) {
+  const dim3 grid(static_cast<unsigned>((batch_rows(b) + kMmvqWarps - 1) / kMmvqWarps));
   const dim3 block(kMmvqWarps * 32);
-  const auto* w = static_cast<const uint8_t*>(a.w);
-  const int64_t nb = a.k / 32;
-  switch (a.n) {
-#define MINFER_CASE(N)                                                                     \
-  case N:                                                                                  \
-    mmvq_legacy_kernel<kType, N><<<grid, block, 0, stream>>>(w, a.m, nb, a.row_bytes, acts, \
-                                                             a.y, a.ldy);                  \
+  switch (b.n) {
+#define MINFER_CASE(N)                                                         \
+  case N:                                                                      \
+    mmvq_legacy_kernel<kType, N, kGlu><<<grid, block, 0, stream>>>(b, acts);   \
     return MINFER_LAUNCH_CHECK(sites[N - 1]);
     MINFER_CASE(1)
     MINFER_CASE(2)
@@ -105,21 +118,34 @@ bool launch_type(const MmvqArgs& a, const Q8View& acts, cudaStream_t stream, con
   }
 }
 
+template <TensorType kType>
+bool launch_either(const MmvqBatch& b, const Q8View& acts, cudaStream_t stream, const char* const* sites,
+                   const char* const* glu_sites) {
+  return b.glu ? launch_type<kType, true>(b, acts, stream, glu_sites)
+               : launch_type<kType, false>(b, acts, stream, sites);
+}
+
 }  // namespace
 
-bool launch_mmvq_legacy(TensorType type, const MmvqArgs& a, const Q8View& acts,
-                        cudaStream_t stream) {
+bool launch_mmvq_legacy(TensorType type, const MmvqBatch& b, const Q8View& acts, cudaStream_t stream) {
   static const char* const kQ4_0[8] = MINFER_MMVQ_SITES("q4_0");
   static const char* const kQ4_1[8] = MINFER_MMVQ_SITES("q4_1");
   static const char* const kQ5_0[8] = MINFER_MMVQ_SITES("q5_0");
   static const char* const kQ5_1[8] = MINFER_MMVQ_SITES("q5_1");
   static const char* const kQ8_0[8] = MINFER_MMVQ_SITES("q8_0");
+  static const char* const kQ4_0g[8] = MINFER_MMVQ_SITES("glu_q4_0");
+  static const char* const kQ4_1g[8] = MINFER_MMVQ_SITES("glu_q4_1");
+  static const char* const kQ5_0g[8] = MINFER_MMVQ_SITES("glu_q5_0");
+  static const char* const kQ5_1g[8] = MINFER_MMVQ_SITES("glu_q5_1");
+  static const char* const kQ8_0g[8] = MINFER_MMVQ_SITES("glu_q8_0");
+  if (b.n_seg < 1 || b.n_seg > kMmvqMaxSegments || (b.glu && (b.n_seg != 2 || b.seg[1].m != b.seg[0].m)))
+    return false;
   switch (type) {
-    case TensorType::Q4_0: return launch_type<TensorType::Q4_0>(a, acts, stream, kQ4_0);
-    case TensorType::Q4_1: return launch_type<TensorType::Q4_1>(a, acts, stream, kQ4_1);
-    case TensorType::Q5_0: return launch_type<TensorType::Q5_0>(a, acts, stream, kQ5_0);
-    case TensorType::Q5_1: return launch_type<TensorType::Q5_1>(a, acts, stream, kQ5_1);
-    case TensorType::Q8_0: return launch_type<TensorType::Q8_0>(a, acts, stream, kQ8_0);
+    case TensorType::Q4_0: return launch_either<TensorType::Q4_0>(b, acts, stream, kQ4_0, kQ4_0g);
+    case TensorType::Q4_1: return launch_either<TensorType::Q4_1>(b, acts, stream, kQ4_1, kQ4_1g);
+    case TensorType::Q5_0: return launch_either<TensorType::Q5_0>(b, acts, stream, kQ5_0, kQ5_0g);
+    case TensorType::Q5_1: return launch_either<TensorType::Q5_1>(b, acts, stream, kQ5_1, kQ5_1g);
+    case TensorType::Q8_0: return launch_either<TensorType::Q8_0>(b, acts, stream, kQ8_0, kQ8_0g);
     default: return false;
   }
 }

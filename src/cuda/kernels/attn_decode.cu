@@ -1,0 +1,369 @@
+// Decode attention: split-K kernel over cell ranges with GQA head slices, and the combine kernel.
+// Design and determinism: attn_decode.cuh.
+#include "cuda/kernels/attn_decode.cuh"
+
+#include <cuda_fp16.h>
+
+#include "cuda/kernels/common.cuh"
+#include "cuda/kernels/launch.cuh"
+
+namespace minfer::cuda {
+namespace {
+
+constexpr int kWarps = kAttnDecodeThreads / 32;
+/// Fewest cells per range: a stream then sees at least 32 / NS cells (2-8 steps).
+constexpr int64_t kMinChunk = 32;
+/// Blocks per SM the plan aims for (per token) before it stops cutting the window.
+constexpr int64_t kBlocksPerSm = 4;
+
+size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+
+/// Lanes per cell: the smallest of 4, 8, 16, 32 whose 8 elements per lane cover head_dim.
+int lanes_for(int64_t hd) { return hd <= 32 ? 4 : hd <= 64 ? 8 : hd <= 128 ? 16 : 32; }
+
+// ---- 8 consecutive elements of one KV row: raw registers, then floats -----------------------
+
+template <TensorType T>
+struct KvVec;
+
+template <>
+struct KvVec<TensorType::F32> {
+  float4 a, b;
+  __device__ __forceinline__ void load(const uint8_t* row, int64_t e0) {
+    const auto* p = reinterpret_cast<const float4*>(row + e0 * 4);  // 32-byte aligned
+    a = __ldg(p);
+    b = __ldg(p + 1);
+  }
+  __device__ __forceinline__ void zero() { a = b = make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
+  __device__ __forceinline__ void to_float(float f[8]) const {
+    f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w;
+    f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
+  }
+};
+
+template <>
+struct KvVec<TensorType::F16> {
+  uint4 w;
+  __device__ __forceinline__ void load(const uint8_t* row, int64_t e0) {
+    w = __ldg(reinterpret_cast<const uint4*>(row + e0 * 2));  // 16-byte aligned
+  }
+  __device__ __forceinline__ void zero() { w = make_uint4(0u, 0u, 0u, 0u); }
+  __device__ __forceinline__ static void pair(uint32_t u, float* f) {
+    f[0] = __half2float(__ushort_as_half(static_cast<unsigned short>(u & 0xFFFFu)));
+    f[1] = __half2float(__ushort_as_half(static_cast<unsigned short>(u >> 16)));
+  }
+  __device__ __forceinline__ void to_float(float f[8]) const {
+    pair(w.x, f);
+    pair(w.y, f + 2);
+    pair(w.z, f + 4);
+    pair(w.w, f + 6);
+  }
+};
+
+// q8_0 (ggml-common.h block_q8_0: half d, then 32 int8 qs; 34 bytes, so only 2-byte aligned):
+// element e = d * qs[e]. The 8 elements of a lane never straddle a block (8 | 32).
+template <>
+struct KvVec<TensorType::Q8_0> {
+  uint16_t d;
+  uint16_t q[4];
+  __device__ __forceinline__ void load(const uint8_t* row, int64_t e0) {
+    const uint8_t* blk = row + (e0 / 32) * 34;
+    const auto* qs = reinterpret_cast<const unsigned short*>(blk + 2 + (e0 % 32));
+    d = __ldg(reinterpret_cast<const unsigned short*>(blk));
+#pragma unroll
+    for (int i = 0; i < 4; ++i) q[i] = __ldg(qs + i);
+  }
+  __device__ __forceinline__ void zero() {
+    d = 0;
+    q[0] = q[1] = q[2] = q[3] = 0;
+  }
+  __device__ __forceinline__ void to_float(float f[8]) const {
+    const float df = __half2float(__ushort_as_half(d));
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      f[2 * i] = __fmul_rn(df, static_cast<float>(static_cast<int8_t>(q[i] & 0xFFu)));
+      f[2 * i + 1] = __fmul_rn(df, static_cast<float>(static_cast<int8_t>(q[i] >> 8)));
+    }
+  }
+};
+
+struct DecodeParams {
+  AttnShape s;
+  int64_t n_splits, chunk, head_slices, heads_per_slice;
+  AttnArgs a;
+  float* part_o;   // [n_tok][n_head][n_splits][head_dim]
+  float* part_ml;  // [n_tok][n_head][n_splits][2] (max, sum)
+};
+
+// grid (n_splits, n_head_kv * head_slices, n_tok); block kAttnDecodeThreads.
+// L lanes per cell, GM the register capacity in query heads (>= heads_per_slice).
+template <TensorType T, int L, int GM>
+__global__ void __launch_bounds__(kAttnDecodeThreads) attn_decode_kernel(DecodeParams p) {
+  constexpr int P = 32 / L;        // cells a warp scores per step
+  constexpr int NS = kWarps * P;   // streams of the block
+  constexpr int HD = 8 * L;        // dimensions the lanes of a stream cover (>= head_dim)
+  __shared__ float sm_acc[NS][GM][HD];
+  __shared__ float sm_m[NS][GM], sm_l[NS][GM], sm_w[NS][GM];
+
+  const int lane = static_cast<int>(threadIdx.x & 31), warp = static_cast<int>(threadIdx.x >> 5);
+  const int sub = lane / L, j = lane % L;
+  const int sid = warp * P + sub;
+  const int64_t hd = p.s.head_dim, n_head = p.s.n_head, n_kv = p.s.n_kv;
+  const bool dim_ok = 8 * j < hd;  // head_dim % 8 == 0: a lane holds all 8 or none
+  const int64_t split = blockIdx.x;
+  const int64_t kvh = blockIdx.y / p.head_slices, slice = blockIdx.y % p.head_slices;
+  const int64_t t = blockIdx.z;
+  const int64_t group = n_head / p.s.n_head_kv;
+  const int64_t g0 = slice * p.heads_per_slice;
+  const int gn = static_cast<int>(p.heads_per_slice < group - g0 ? p.heads_per_slice : group - g0);
+  const int64_t h0 = kvh * group + g0;  // first query head of the block
+  const int64_t c_begin = split * p.chunk;
+  const int64_t c_end = c_begin + p.chunk < n_kv ? c_begin + p.chunk : n_kv;
+  const int32_t pos_t = p.a.pos[t], seq_t = p.a.seq[t];
+  const float scale = p.a.scale;
+
+  float q[GM][8];
+#pragma unroll
+  for (int g = 0; g < GM; ++g) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) q[g][i] = 0.0f;
+    if (g < gn && dim_ok) {
+      const float* qg = p.a.q + ((t * n_head + h0 + g) * hd + 8 * j);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) q[g][i] = qg[i];
+    }
+  }
+  float m[GM], l[GM], acc[GM][8];
+#pragma unroll
+  for (int g = 0; g < GM; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[g][i] = 0.0f;
+  }
+
+  const auto* kbase = static_cast<const uint8_t*>(p.a.k);
+  const auto* vbase = static_cast<const uint8_t*>(p.a.v);
+  const int64_t e0 = kvh * hd + 8 * j;  // this lane's first element in a row
+  const size_t rb = p.a.row_bytes;
+
+  // Loads of one cell (in range or not: out-of-range cells are masked and read nothing).
+  KvVec<T> nk, nv;
+  int32_t npos = -1, nseq = 0;
+  const auto load = [&](int64_t cell) {
+    npos = -1;
+    nseq = 0;
+    nk.zero();
+    nv.zero();
+    if (cell < c_end) {
+      npos = __ldg(p.a.kv_pos + cell);
+      nseq = __ldg(p.a.kv_seq + cell);
+      if (dim_ok) {
+        nk.load(kbase + static_cast<size_t>(cell) * rb, e0);
+        nv.load(vbase + static_cast<size_t>(cell) * rb, e0);
+      }
+    }
+  };
+
+  // Warp-uniform loop: the warp's P cells are base .. base + P - 1, stream `sub` takes base + sub.
+  int64_t base = c_begin + warp * P;
+  load(base + sub);
+  for (; base < c_end; base += NS) {
+    const KvVec<T> ck = nk, cv = nv;
+    const int32_t cpos = npos, cseq = nseq;
+    if (base + NS < c_end) load(base + NS + sub);  // the next step's loads fly during this one
+    const bool visible = cpos >= 0 && cseq == seq_t && cpos <= pos_t;
+    float kf[8], vf[8];
+    ck.to_float(kf);
+    cv.to_float(vf);
+#pragma unroll
+    for (int g = 0; g < GM; ++g) {
+      float d = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) d = fmaf(q[g][i], kf[i], d);
+#pragma unroll
+      for (int o = L / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xFFFFFFFFu, d, o);
+      const float sc = d * scale;
+      // A masked cell's score is never used (select, not arithmetic: its K/V may be NaN bytes).
+      if (visible && g < gn && sc != -INFINITY) {
+        const float m_new = fmaxf(m[g], sc);
+        const float alpha = m[g] == m_new ? 1.0f : expf(m[g] - m_new);
+        const float pr = expf(sc - m_new);
+        l[g] = fmaf(l[g], alpha, pr);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[g][i] = fmaf(acc[g][i], alpha, pr * vf[i]);
+        m[g] = m_new;
+      }
+    }
+  }
+
+  // Merge the streams in stream order.
+#pragma unroll
+  for (int g = 0; g < GM; ++g) {
+    if (j == 0) {
+      sm_m[sid][g] = m[g];
+      sm_l[sid][g] = l[g];
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) sm_acc[sid][g][8 * j + i] = acc[g][i];
+  }
+  __syncthreads();
+  for (int idx = static_cast<int>(threadIdx.x); idx < GM * NS; idx += kAttnDecodeThreads) {
+    const int g = idx / NS, s = idx % NS;
+    float mx = -INFINITY;
+    for (int r = 0; r < NS; ++r) mx = fmaxf(mx, sm_m[r][g]);
+    const float ms = sm_m[s][g];
+    sm_w[s][g] = ms == -INFINITY ? 0.0f : expf(ms - mx);
+  }
+  __syncthreads();
+  for (int64_t idx = threadIdx.x; idx < gn * hd; idx += kAttnDecodeThreads) {
+    const int g = static_cast<int>(idx / hd);
+    const int64_t d = idx % hd;
+    float mx = -INFINITY, sum = 0.0f, o = 0.0f;
+    for (int s = 0; s < NS; ++s) {
+      const float w = sm_w[s][g];
+      mx = fmaxf(mx, sm_m[s][g]);
+      sum = fmaf(sm_l[s][g], w, sum);
+      o = fmaf(sm_acc[s][g][d], w, o);
+    }
+    const int64_t row = t * n_head + h0 + g;
+    if (p.n_splits == 1) {
+      p.a.out[row * hd + d] = mx == -INFINITY ? 0.0f : o / sum;  // no visible cell: zeros
+    } else {
+      const int64_t pr = row * p.n_splits + split;
+      p.part_o[pr * hd + d] = o;
+      if (d == 0) {
+        p.part_ml[2 * pr] = mx;
+        p.part_ml[2 * pr + 1] = sum;
+      }
+    }
+  }
+}
+
+// One block per output row (token, head), grid-stride; merges the ranges in range order.
+__global__ void __launch_bounds__(kAttnDecodeThreads)
+    attn_decode_combine_kernel(const float* __restrict__ part_o, const float* __restrict__ part_ml,
+                               int64_t rows, int64_t n_splits, int64_t hd, float* __restrict__ out) {
+  __shared__ float w_s[kAttnDecodeMaxSplits];
+  __shared__ float red[32];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float* ml = part_ml + 2 * r * n_splits;
+    float mx = -INFINITY;
+    for (int64_t s = threadIdx.x; s < n_splits; s += blockDim.x) mx = fmaxf(mx, ml[2 * s]);
+    mx = block_max(mx, red);
+    float part = 0.0f;
+    for (int64_t s = threadIdx.x; s < n_splits; s += blockDim.x) {
+      const float ms = ml[2 * s];
+      const float w = ms == -INFINITY ? 0.0f : expf(ms - mx);
+      w_s[s] = w;
+      part = fmaf(ml[2 * s + 1], w, part);
+    }
+    const float sum = block_sum(part, red);  // its barriers also publish w_s
+    const float* po = part_o + r * n_splits * hd;
+    for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
+      float o = 0.0f;
+#pragma unroll 4
+      for (int64_t s = 0; s < n_splits; ++s) o = fmaf(po[s * hd + d], w_s[s], o);
+      out[r * hd + d] = mx == -INFINITY ? 0.0f : o / sum;
+    }
+    __syncthreads();  // w_s is rewritten by the next row
+  }
+}
+
+template <TensorType T, int L>
+bool launch_split(const DecodeParams& dp, int gm, cudaStream_t stream, const char* site) {
+  const dim3 grid(static_cast<unsigned>(dp.n_splits), static_cast<unsigned>(dp.s.n_head_kv * dp.head_slices),
+                  static_cast<unsigned>(dp.s.n_tok));
+  if (gm <= 2) attn_decode_kernel<T, L, 2><<<grid, kAttnDecodeThreads, 0, stream>>>(dp);
+  else if (gm <= 4) attn_decode_kernel<T, L, 4><<<grid, kAttnDecodeThreads, 0, stream>>>(dp);
+  else attn_decode_kernel<T, L, 8><<<grid, kAttnDecodeThreads, 0, stream>>>(dp);
+  return MINFER_LAUNCH_CHECK(site);
+}
+
+template <TensorType T>
+bool launch_type(const DecodeParams& dp, int lanes, int gm, cudaStream_t stream, const char* site) {
+  switch (lanes) {
+    case 4: return launch_split<T, 4>(dp, gm, stream, site);
+    case 8: return launch_split<T, 8>(dp, gm, stream, site);
+    case 16: return launch_split<T, 16>(dp, gm, stream, site);
+    case 32: return launch_split<T, 32>(dp, gm, stream, site);
+    default: return false;
+  }
+}
+
+bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
+
+}  // namespace
+
+const char* attn_decode_unsupported(const AttnShape& s, TensorType kv_type) {
+  if (const char* why = attn_unsupported(s, kv_type); *why != '\0') return why;
+  if (s.n_tok < 1 || s.n_tok > kAttnDecodeMaxTokens) return "the decode kernels take 1 to 8 tokens";
+  if (s.head_dim % 8 != 0) return "the decode kernels need head_dim a multiple of 8";
+  if (kv_type == TensorType::Q8_0 && s.head_dim % 32 != 0)
+    return "the decode kernels need head_dim a multiple of 32 for q8_0 KV";
+  if (s.n_head_kv * ((s.n_head / s.n_head_kv + kAttnDecodeMaxHeads - 1) / kAttnDecodeMaxHeads) > kMaxGridYZ)
+    return "too many KV heads for the decode grid";
+  return "";
+}
+
+AttnDecodePlan attn_decode_plan(const AttnShape& s, int sm_count, int64_t chunk_override) {
+  AttnDecodePlan p;
+  const int64_t sms = sm_count > 0 ? sm_count : 1;
+  const int64_t n_kv = s.n_kv > 0 ? s.n_kv : 1;
+  const int64_t group = s.n_head_kv > 0 && s.n_head >= s.n_head_kv ? s.n_head / s.n_head_kv : 1;
+  p.lanes = lanes_for(s.head_dim);
+  p.head_slices = (group + kAttnDecodeMaxHeads - 1) / kAttnDecodeMaxHeads;
+  p.heads_per_slice = (group + p.head_slices - 1) / p.head_slices;
+  const int64_t blocks_per_range = (s.n_head_kv > 0 ? s.n_head_kv : 1) * p.head_slices;
+  int64_t splits = (kBlocksPerSm * sms + blocks_per_range - 1) / blocks_per_range;
+  const int64_t by_window = (n_kv + kMinChunk - 1) / kMinChunk;
+  if (splits > by_window) splits = by_window;
+  if (splits > kAttnDecodeMaxSplits) splits = kAttnDecodeMaxSplits;
+  if (splits < 1) splits = 1;
+  p.chunk = (n_kv + splits - 1) / splits;
+  if (chunk_override > 0) {
+    const int64_t fewest = (n_kv + kAttnDecodeMaxSplits - 1) / kAttnDecodeMaxSplits;
+    p.chunk = chunk_override > fewest ? chunk_override : fewest;
+  }
+  p.n_splits = (n_kv + p.chunk - 1) / p.chunk;
+  const auto rows = static_cast<size_t>(s.n_tok * s.n_head * p.n_splits);
+  p.scratch_bytes = p.n_splits == 1 ? 0
+                                    : align256(rows * static_cast<size_t>(s.head_dim) * sizeof(float)) +
+                                          align256(rows * 2 * sizeof(float));
+  return p;
+}
+
+bool attn_decode(TensorType kv_type, const AttnShape& s, const AttnDecodePlan& plan, const AttnArgs& a,
+                 cudaStream_t stream) {
+  if (s.n_tok <= 0) return true;
+  if (*attn_decode_unsupported(s, kv_type) != '\0' || plan.n_splits < 1 ||
+      plan.n_splits > kAttnDecodeMaxSplits || plan.chunk * plan.n_splits < s.n_kv ||
+      plan.lanes != lanes_for(s.head_dim) || plan.heads_per_slice > kAttnDecodeMaxHeads ||
+      plan.heads_per_slice * plan.head_slices < s.n_head / s.n_head_kv ||
+      (kv_type != TensorType::Q8_0 && (!aligned16(a.k) || !aligned16(a.v) || a.row_bytes % 16 != 0)) ||
+      (plan.n_splits > 1 && a.scratch == nullptr)) {
+    note_launch_failure("attn_decode_bad_args", cudaErrorInvalidValue);
+    return false;
+  }
+  DecodeParams dp{s, plan.n_splits, plan.chunk, plan.head_slices, plan.heads_per_slice, a, nullptr, nullptr};
+  const auto rows = static_cast<size_t>(s.n_tok * s.n_head * plan.n_splits);
+  dp.part_o = static_cast<float*>(a.scratch);
+  dp.part_ml = plan.n_splits == 1 ? nullptr
+                                  : reinterpret_cast<float*>(static_cast<uint8_t*>(a.scratch) +
+                                                             align256(rows * static_cast<size_t>(s.head_dim) * sizeof(float)));
+  const int gm = static_cast<int>(plan.heads_per_slice);
+  bool ok = false;
+  switch (kv_type) {
+    case TensorType::F32: ok = launch_type<TensorType::F32>(dp, plan.lanes, gm, stream, "attn_decode_f32"); break;
+    case TensorType::F16: ok = launch_type<TensorType::F16>(dp, plan.lanes, gm, stream, "attn_decode_f16"); break;
+    case TensorType::Q8_0: ok = launch_type<TensorType::Q8_0>(dp, plan.lanes, gm, stream, "attn_decode_q8_0"); break;
+    default: return false;
+  }
+  if (!ok || plan.n_splits == 1) return ok;
+  const int64_t out_rows = s.n_tok * s.n_head;
+  attn_decode_combine_kernel<<<grid_for(out_rows, 1), kAttnDecodeThreads, 0, stream>>>(
+      dp.part_o, dp.part_ml, out_rows, plan.n_splits, s.head_dim, a.out);
+  return MINFER_LAUNCH_CHECK("attn_decode_combine");
+}
+
+}  // namespace minfer::cuda

@@ -1,0 +1,240 @@
+// The fused matrix-vector launches (matmul.cuh matmul_fused, matmul_swiglu) for every quantized
+// weight type and n in 1..8: several outputs in one launch, with bias and residual epilogues,
+// bit-identical to the CPU reference product followed by the same adds; gate/up/SwiGLU in one
+// launch bit-identical to the device's unfused chain (two matmul() calls and the swiglu kernel)
+// and within the "transcendental" class of the CPU's silu. Outputs are poisoned first: every
+// output must be written and the ldy padding must not be. Skips without a CUDA device.
+#ifdef MINFER_HAS_CUDA
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cuda/kernels/elementwise.cuh"
+#include "cuda/kernels/launch.cuh"
+#include "cuda/kernels/matmul.cuh"
+#include "cuda_matmul_util.h"
+#include "quant/quant.h"
+
+namespace minfer {
+namespace {
+
+using test::DeviceBuffer;
+using test::f32_bits;
+
+constexpr uint32_t kPoison = 0xFFFFFFFFu;
+constexpr int64_t kPad = 3;                // ldy = m + kPad
+constexpr int64_t kSiluUlp = 4;            // "transcendental" class (docs/cuda.md)
+
+int64_t k_for(TensorType type) {
+  const bool kq = type == TensorType::Q4_K || type == TensorType::Q5_K || type == TensorType::Q6_K;
+  return kq ? 256 * 5 : 32 * 40;
+}
+
+class CudaMatmulFused : public ::testing::TestWithParam<TensorType> {
+ protected:
+  void SetUp() override {
+    if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+    ASSERT_EQ(cudaStreamCreate(&stream_), cudaSuccess);
+  }
+  void TearDown() override {
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+  cudaStream_t stream_ = nullptr;
+  ThreadPool pool_{default_thread_count()};
+};
+
+/// Compares a [m, n] output stored with ldy = m + kPad against want [m, n] (ldy m) bit for bit;
+/// reports the first difference, unwritten outputs and written padding.
+::testing::AssertionResult outputs_equal(const std::vector<float>& got, const std::vector<float>& want, int64_t m,
+                                         int64_t n) {
+  const int64_t ldy = m + kPad;
+  int64_t bad = 0, unwritten = 0, pad = 0, first = -1;
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t j = m; j < ldy; ++j) pad += f32_bits(got[static_cast<size_t>(j + t * ldy)]) != kPoison;
+    for (int64_t j = 0; j < m; ++j) {
+      const float g = got[static_cast<size_t>(j + t * ldy)], w = want[static_cast<size_t>(j + t * m)];
+      if (f32_bits(g) == kPoison) ++unwritten;
+      else if (f32_bits(g) != f32_bits(w) && bad++ == 0) first = j + t * m;
+    }
+  }
+  if (bad == 0 && unwritten == 0 && pad == 0) return ::testing::AssertionSuccess();
+  auto r = ::testing::AssertionFailure() << bad << " outputs differ, " << unwritten << " unwritten, " << pad
+                                         << " padding outputs written";
+  if (first >= 0) {
+    const int64_t j = first % m, t = first / m;
+    r << "; first at row " << j << " token " << t << ": got " << got[static_cast<size_t>(j + t * ldy)] << ", want "
+      << want[static_cast<size_t>(first)];
+  }
+  return r;
+}
+
+TEST_P(CudaMatmulFused, three_outputs_in_one_launch_equal_the_cpu_products_plus_bias_and_residual) {
+  const TensorType type = GetParam();
+  const int64_t k = k_for(type);
+  // Odd row counts: a block of 4 warps straddles the segment boundaries.
+  const int64_t ms[3] = {37, 64, 9};
+  for (int64_t n : {1, 2, 5, 8}) {
+    SCOPED_TRACE(std::string(type_name(type)) + " n " + std::to_string(n));
+    const auto x = test::random_acts(k, n, 300 + static_cast<uint32_t>(n));
+    DeviceBuffer dx(x.size() * 4);
+    dx.upload(x.data(), x.size() * 4);
+    DeviceBuffer dq(std::max<size_t>(cuda::quantized_activation_bytes(type, k, n), 16));
+    ASSERT_TRUE(cuda::quantize_activations(type, dx.as<float>(), k, n, dq.get(), stream_));
+
+    std::vector<std::vector<float>> want(3);
+    std::vector<std::unique_ptr<DeviceBuffer>> bufs;
+    cuda::MatmulOut outs[3];
+    std::vector<uint8_t> act_buf;
+    for (int s = 0; s < 3; ++s) {
+      const int64_t m = ms[s];
+      const auto w = test::random_weights(type, m, k, 310 + static_cast<uint32_t>(s));
+      want[static_cast<size_t>(s)] = test::cpu_matmul(pool_, type, w, m, x, k, n, &act_buf);
+      const auto bias = test::random_acts(m, 1, 320 + static_cast<uint32_t>(s));
+      const auto res = test::random_acts(m, n, 330 + static_cast<uint32_t>(s));
+      const bool with_bias = s != 1, with_res = s != 0;  // 0: bias, 1: residual, 2: both
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t j = 0; j < m; ++j) {
+          float& v = want[static_cast<size_t>(s)][static_cast<size_t>(j + t * m)];
+          if (with_bias) v = v + bias[static_cast<size_t>(j)];
+          if (with_res) v = res[static_cast<size_t>(j + t * m)] + v;
+        }
+      auto& dw = bufs.emplace_back(std::make_unique<DeviceBuffer>(w.size()));
+      dw->upload(w.data(), w.size());
+      auto& dy = bufs.emplace_back(std::make_unique<DeviceBuffer>(static_cast<size_t>((m + kPad) * n) * 4));
+      dy->fill(0xFF);
+      auto& db = bufs.emplace_back(std::make_unique<DeviceBuffer>(bias.size() * 4));
+      db->upload(bias.data(), bias.size() * 4);
+      auto& dr = bufs.emplace_back(std::make_unique<DeviceBuffer>(res.size() * 4));
+      dr->upload(res.data(), res.size() * 4);
+      outs[s].w = dw->get();
+      outs[s].m = m;
+      outs[s].y = dy->as<float>();
+      outs[s].ldy = m + kPad;
+      outs[s].bias = with_bias ? db->as<float>() : nullptr;
+      outs[s].residual = with_res ? dr->as<float>() : nullptr;
+      outs[s].ldr = m;
+    }
+    cuda::clear_launch_failure();
+    ASSERT_TRUE(cuda::matmul_fused_supported(type, k, n));
+    ASSERT_TRUE(cuda::matmul_fused(type, k, outs, 3, dq.get(), n, stream_));
+    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    for (int s = 0; s < 3; ++s) {
+      std::vector<float> got(static_cast<size_t>((ms[s] + kPad) * n));
+      ASSERT_EQ(cudaMemcpy(got.data(), outs[s].y, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      EXPECT_TRUE(outputs_equal(got, want[static_cast<size_t>(s)], ms[s], n)) << "output " << s;
+    }
+  }
+}
+
+TEST_P(CudaMatmulFused, gate_up_swiglu_in_one_launch_equals_the_unfused_device_chain) {
+  const TensorType type = GetParam();
+  const int64_t k = k_for(type), m = 4 * 97 + 2;  // the last block holds 2 rows
+  for (int64_t n : {1, 3, 8}) {
+    SCOPED_TRACE(std::string(type_name(type)) + " n " + std::to_string(n));
+    const auto x = test::random_acts(k, n, 400 + static_cast<uint32_t>(n));
+    const auto wg = test::random_weights(type, m, k, 401), wu = test::random_weights(type, m, k, 402);
+    const auto res = test::random_acts(m, n, 403);
+    DeviceBuffer dx(x.size() * 4), dwg(wg.size()), dwu(wu.size()), dr(res.size() * 4);
+    dx.upload(x.data(), x.size() * 4);
+    dwg.upload(wg.data(), wg.size());
+    dwu.upload(wu.data(), wu.size());
+    dr.upload(res.data(), res.size() * 4);
+    DeviceBuffer dq(std::max<size_t>(cuda::quantized_activation_bytes(type, k, n), 16));
+    ASSERT_TRUE(cuda::quantize_activations(type, dx.as<float>(), k, n, dq.get(), stream_));
+    // The unfused chain on the device: gate, up, swiglu (then r + h on the host: one rounding).
+    DeviceBuffer dg(static_cast<size_t>(m * n) * 4), du(static_cast<size_t>(m * n) * 4);
+    ASSERT_TRUE(cuda::matmul(type, dwg.get(), k, m, dx.as<float>(), dq.get(), n, dg.as<float>(), m, stream_));
+    ASSERT_TRUE(cuda::matmul(type, dwu.get(), k, m, dx.as<float>(), dq.get(), n, du.as<float>(), m, stream_));
+    ASSERT_TRUE(cuda::swiglu(dg.as<float>(), du.as<float>(), dg.as<float>(), m * n, stream_));
+    // Fused, without and with the residual.
+    DeviceBuffer dy(static_cast<size_t>((m + kPad) * n) * 4), dyr(static_cast<size_t>((m + kPad) * n) * 4);
+    dy.fill(0xFF);
+    dyr.fill(0xFF);
+    cuda::clear_launch_failure();
+    ASSERT_TRUE(cuda::matmul_swiglu(type, k, m, dwg.get(), dwu.get(), dq.get(), n, dy.as<float>(), m + kPad,
+                                    nullptr, 0, stream_));
+    ASSERT_TRUE(cuda::matmul_swiglu(type, k, m, dwg.get(), dwu.get(), dq.get(), n, dyr.as<float>(), m + kPad,
+                                    dr.as<float>(), m, stream_));
+    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    std::vector<float> h(static_cast<size_t>(m * n)), got(static_cast<size_t>((m + kPad) * n)), got_r(got.size());
+    dg.download(h.data(), h.size() * 4);
+    dy.download(got.data(), got.size() * 4);
+    dyr.download(got_r.data(), got_r.size() * 4);
+    EXPECT_TRUE(outputs_equal(got, h, m, n)) << "no residual";
+    std::vector<float> hr(h.size());
+    for (size_t i = 0; i < h.size(); ++i) hr[i] = res[i] + h[i];
+    EXPECT_TRUE(outputs_equal(got_r, hr, m, n)) << "with residual";
+    // Against the CPU: the products are bit-identical, silu within a few ulp.
+    std::vector<uint8_t> act_buf;
+    const auto g = test::cpu_matmul(pool_, type, wg, m, x, k, n, &act_buf);
+    const auto u = test::cpu_matmul(pool_, type, wu, m, x, k, n, &act_buf);
+    int64_t worst = 0;
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t j = 0; j < m; ++j) {
+        const size_t i = static_cast<size_t>(j + t * m);
+        const float want = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+        const float gv = got[static_cast<size_t>(j + t * (m + kPad))];
+        int32_t a, b;
+        std::memcpy(&a, &gv, 4);
+        std::memcpy(&b, &want, 4);
+        if ((a < 0) != (b < 0)) {
+          EXPECT_EQ(gv, want) << "sign differs at row " << j << " token " << t;
+          continue;
+        }
+        worst = std::max<int64_t>(worst, std::abs(static_cast<int64_t>(a) - b));
+      }
+    EXPECT_LE(worst, kSiluUlp) << "largest ulp distance from the CPU's silu(g) * u";
+  }
+}
+
+TEST_P(CudaMatmulFused, refuses_malformed_outputs_without_launching) {
+  const TensorType type = GetParam();
+  const int64_t k = k_for(type);
+  DeviceBuffer dq(std::max<size_t>(cuda::quantized_activation_bytes(type, k, 1), 16)), dw(row_bytes(type, k) * 4),
+      dy(64);
+  cuda::MatmulOut o;
+  o.w = dw.get();
+  o.m = 4;
+  o.y = dy.as<float>();
+  o.ldy = 3;  // < m
+  cuda::clear_launch_failure();
+  EXPECT_FALSE(cuda::matmul_fused(type, k, &o, 1, dq.get(), 1, stream_));
+  ASSERT_NE(cuda::launch_failure(), nullptr);
+  EXPECT_STREQ(cuda::launch_failure()->site, "matmul_fused_bad_args");
+  cuda::clear_launch_failure();
+  o.ldy = 4;
+  EXPECT_FALSE(cuda::matmul_fused(type, k, &o, 1, dq.get(), 9, stream_)) << "n > 8 has no fused kernel";
+  cuda::clear_launch_failure();
+  const cuda::MatmulOut four[4] = {o, o, o, o};
+  EXPECT_FALSE(cuda::matmul_fused(type, k, four, 4, dq.get(), 1, stream_)) << "more than 3 outputs";
+  cuda::clear_launch_failure();
+}
+
+INSTANTIATE_TEST_SUITE_P(QuantizedTypes, CudaMatmulFused,
+                         ::testing::Values(TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1,
+                                           TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K),
+                         test::type_param_name);
+
+TEST(CudaMatmulFusedSupport, only_quantized_types_and_decode_token_counts) {
+  // Pure host function.
+  EXPECT_TRUE(cuda::matmul_fused_supported(TensorType::Q4_K, 256, 1));
+  EXPECT_TRUE(cuda::matmul_fused_supported(TensorType::Q8_0, 32, 8));
+  EXPECT_FALSE(cuda::matmul_fused_supported(TensorType::Q8_0, 32, 9));
+  EXPECT_FALSE(cuda::matmul_fused_supported(TensorType::Q4_K, 128, 1));
+  EXPECT_FALSE(cuda::matmul_fused_supported(TensorType::F16, 64, 1));
+  EXPECT_TRUE(cuda::same_activations(TensorType::Q4_K, TensorType::Q6_K));
+  EXPECT_TRUE(cuda::same_activations(TensorType::Q4_0, TensorType::Q8_0));
+  EXPECT_FALSE(cuda::same_activations(TensorType::Q4_0, TensorType::Q4_K));
+  EXPECT_FALSE(cuda::same_activations(TensorType::F16, TensorType::BF16));
+}
+
+}  // namespace
+}  // namespace minfer
+
+#endif  // MINFER_HAS_CUDA
