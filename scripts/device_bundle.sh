@@ -3,27 +3,34 @@
 # (Ubuntu 24.04, driver and CUDA runtime but no Debian -dev packages) needs to run the device
 # tests into .device/ (git-ignored):
 #   .device/bin/minfer, .device/bin/minfer_tests   stripped, static cudart
-#   .device/bin/bench_cuda_matmul, bench_cuda_mmq  the device micro-benchmarks
+#   .device/bin/bench_cuda_matmul, bench_cuda_mmq  the device micro-benchmarks (only with
+#                                                  BUNDLE_BENCH=1: the device tool's transfer
+#                                                  limit is 64 MiB with the work tree)
 #   .device/lib/*.so*                              shared libraries the binaries load that are
 #                                                  not part of the device's base system (ldd)
 # Then on the device: scripts/cuda_test.sh (it finds .device/ or unpacks .device.tar.xz, and sets
 # LD_LIBRARY_PATH). Carry either .device or .device.tar.xz (smaller).
 #
-#   scripts/device_bundle.sh                 # archs from MINFER_CUDA_ARCHS (default 90a)
+#   scripts/device_bundle.sh                 # archs from MINFER_CUDA_ARCHS (default 90a-real)
 #   MINFER_CUDA_ARCHS="80;89;90a;120" scripts/device_bundle.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-archs=${MINFER_CUDA_ARCHS:-90a}
+archs=${MINFER_CUDA_ARCHS:-90a-real}  # SASS only: the PTX copy would double the fatbins
 jobs=${JOBS:-$(nproc)}
 cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DMINFER_CUDA=ON \
   -DMINFER_CUDA_ARCHS="$archs" -DMINFER_WERROR=ON >/dev/null
-ninja -C build-cuda -j"$jobs" minfer minfer_tests bench_cuda_matmul bench_cuda_mmq
+targets=(minfer minfer_tests)
+files=(build-cuda/tools/minfer/minfer build-cuda/tests/minfer_tests)
+if [[ ${BUNDLE_BENCH:-0} == 1 ]]; then
+  targets+=(bench_cuda_matmul bench_cuda_mmq)
+  files+=(build-cuda/bench/bench_cuda_matmul build-cuda/bench/bench_cuda_mmq)
+fi
+ninja -C build-cuda -j"$jobs" "${targets[@]}"
 
 rm -rf .device
 mkdir -p .device/bin .device/lib
-bins=(.device/bin/minfer .device/bin/minfer_tests .device/bin/bench_cuda_matmul .device/bin/bench_cuda_mmq)
-cp build-cuda/tools/minfer/minfer build-cuda/tests/minfer_tests build-cuda/bench/bench_cuda_matmul \
-  build-cuda/bench/bench_cuda_mmq .device/bin/
+cp "${files[@]}" .device/bin/
+bins=(.device/bin/*)
 strip --strip-unneeded "${bins[@]}"
 
 # Libraries the device has in a newer, compatible version (glibc, the C++ runtime) stay out:
