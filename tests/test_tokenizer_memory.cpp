@@ -18,7 +18,7 @@ constexpr const char* kVocab = "fixtures/tokenizer/ggml-vocab-qwen2.gguf";
 
 // The tables' size for the Qwen2 vocabulary: token texts and pieces (one arena and an 8-byte
 // span each), token types, a 2^18-slot text->id index and a 2^18-slot merge table (16 bytes a
-// slot) come to ~10 MiB. The node-based maps and per-token std::strings before took ~38 MiB.
+// slot) come to ~10.1 MiB. The node-based maps and per-token std::strings before took ~38 MiB.
 constexpr size_t kQwen2TablesMaxBytes = 11u << 20;
 
 // Heap bytes in use (small blocks plus mmap'ed big blocks), from glibc's allocator.

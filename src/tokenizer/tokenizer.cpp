@@ -30,10 +30,11 @@ constexpr std::string_view kFimTexts[] = {"<|fim_prefix|>", "<|fim_suffix|>", "<
 }  // namespace
 
 struct Tokenizer::Impl {
-  VocabData data;  // merges are dropped once the BPE model has its table
+  VocabData data;  // merges, types and strip flags are dropped once the tables below have them
   PreTokenizer pre;
   TokenIndex token_to_id;  // ids of data.tokens by text
   StringTable pieces;      // bytes of each token with render_special = true
+  std::vector<uint8_t> types;  // TokenType by id, one byte each (data.types has 4)
   std::vector<bool> eog;
   std::vector<int32_t> eog_list;
   std::unique_ptr<BpeModel> bpe;
@@ -96,6 +97,10 @@ struct Tokenizer::Impl {
     data.tokens.shrink_to_fit();
     regex = std::make_unique<PreTokenizerRegex>(pre);
     specials = std::make_unique<SpecialTokenMatcher>(data.tokens, data.types, data.strip);
+    types.reserve(n);
+    for (TokenType t : data.types) types.push_back(static_cast<uint8_t>(t));  // 0..6, validated
+    std::vector<TokenType>().swap(data.types);
+    std::vector<uint8_t>().swap(data.strip);
   }
 
   void check_id(int32_t id) const {
@@ -155,7 +160,7 @@ std::vector<int32_t> Tokenizer::encode_uncached(std::string_view text, bool add_
 std::string_view Tokenizer::token_to_piece(int32_t id, bool render_special) const {
   impl_->check_id(id);
   const auto i = static_cast<size_t>(id);
-  const TokenType t = impl_->data.types[i];
+  const auto t = static_cast<TokenType>(impl_->types[i]);
   if (!render_special && (t == TokenType::Control || t == TokenType::Unknown)) return {};
   return impl_->pieces[i];
 }
@@ -188,7 +193,7 @@ std::string_view Tokenizer::token_text(int32_t id) const {
 
 TokenType Tokenizer::token_type(int32_t id) const {
   impl_->check_id(id);
-  return impl_->data.types[static_cast<size_t>(id)];
+  return static_cast<TokenType>(impl_->types[static_cast<size_t>(id)]);
 }
 
 std::optional<int32_t> Tokenizer::find_token(std::string_view text) const {
@@ -200,7 +205,8 @@ std::optional<int32_t> Tokenizer::find_token(std::string_view text) const {
 size_t Tokenizer::memory_bytes() const {
   const Impl& m = *impl_;
   return m.data.tokens.memory_bytes() + m.data.merges.memory_bytes() +
-         m.data.types.capacity() * sizeof(TokenType) + m.data.strip.capacity() + m.pieces.memory_bytes() +
+         m.data.types.capacity() * sizeof(TokenType) + m.data.strip.capacity() + m.types.capacity() +
+         m.pieces.memory_bytes() +
          m.token_to_id.memory_bytes() + m.bpe->memory_bytes() + m.specials->memory_bytes() +
          m.eog.capacity() / 8 + m.eog_list.capacity() * sizeof(int32_t);
 }
