@@ -35,11 +35,6 @@ class StringTable {
   using iterator = const_iterator;
   using value_type = std::string_view;
 
-  StringTable() = default;
-  StringTable(std::initializer_list<std::string_view> items) {
-    for (std::string_view s : items) push_back(s);
-  }
-
   size_t size() const { return spans_.size(); }
   bool empty() const { return spans_.empty(); }
   /// String `i` (i < size(); unchecked). Valid until the next push_back/set/clear.
