@@ -553,9 +553,10 @@ void CudaBackend::run_direct(const Graph& g, const graph::ExecPlan& plan, size_t
 }
 
 namespace {
-// "MatMul q4_K 3584x18944 n1": the op, the weight type and shape of matrix ops, the token count.
+// "MatMul q4_K 3584x18944 n1": the op (+norm where an RmsNorm is folded in), the weight type and shape of matrix ops, the token count.
 std::string profile_class(const Graph& g, const Node& n) {
   std::string key(graph::op_name(n.op));
+  if (n.p.has_norm) key += "+norm";
   const int src_w = n.op == Op::MatMul || n.op == Op::MatMulAdd ? 0
                     : (n.op == Op::FusedQKV || n.op == Op::FusedFFN) ? 1
                                                                       : -1;
