@@ -92,6 +92,7 @@ std::string CpuBackend::unsupported_reason(const graph::Graph& g, const Node& n)
     }
     case Op::FusedQKV:
     case Op::FusedFFN:
+      if (n.p.has_norm) return "the CPU keeps the RmsNorm unfolded (has_norm)";
       for (int i = 1; i <= 3; ++i) {
         const TypeTraits* t = find_type_traits(src_type(i));
         if (t == nullptr || t->vec_dot == nullptr)

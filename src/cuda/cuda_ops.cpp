@@ -2,6 +2,7 @@
 // scratch each op needs, and the dispatch from each op to its kernel launchers.
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 
 #include "core/error.h"
 #include "cuda/cuda_backend.h"
@@ -14,6 +15,7 @@
 #include "cuda/kernels/launch.cuh"
 #include "cuda/kernels/matmul.cuh"
 #include "cuda/kernels/norm.cuh"
+#include "cuda/kernels/norm_quantize.cuh"
 #include "cuda/kernels/rope.cuh"
 #include "cuda/kernels/rope_store.cuh"
 #include "quant/quant.h"
@@ -60,11 +62,21 @@ std::string check_f32_sources(const Graph& g, const Node& n, std::initializer_li
   return {};
 }
 
+/// FusedFFN sources: x, Wgate, Wup, Wdown [, r] [, norm weight (p.has_norm)].
+bool ffn_has_residual(const Node& n) { return n.n_src - (n.p.has_norm ? 1 : 0) == 5; }
+
+/// Scratch of a FusedQKV / FusedFFN with p.has_norm for the normalized rows x [k, nt] (f32),
+/// used when the one-launch norm + quantize does not serve the op's weights.
+size_t norm_scratch_bytes(const Node& n, int64_t k, int64_t nt) {
+  return n.p.has_norm ? align_up(static_cast<size_t>(k * nt) * sizeof(float)) : 0;
+}
+
 }  // namespace
 
 bool CudaBackend::supports_fused(Op op) const {
+  // RmsNorm: folded into the FusedQKV / FusedFFN that reads it (p.has_norm).
   return op == Op::SwiGLU || op == Op::FusedQKV || op == Op::FusedFFN || op == Op::MatMulAdd ||
-         op == Op::QkvBiasRopeStore;
+         op == Op::QkvBiasRopeStore || op == Op::RmsNorm;
 }
 
 std::string CudaBackend::unsupported_reason(const Graph& g, const Node& n) const {
@@ -100,8 +112,10 @@ std::string CudaBackend::unsupported_reason(const Graph& g, const Node& n) const
       if (auto r = check_f32_sources(g, n, {0}); !r.empty()) return r;
       for (int i = 1; i <= 3; ++i)
         if (auto r = matmul_reason(src(g, n, i).type, src(g, n, i).ne[0]); !r.empty()) return r;
+      if (n.p.has_norm)
+        if (auto r = check_f32_sources(g, n, {n.n_src - 1}); !r.empty()) return r;
       if (n.op == Op::FusedQKV && n.p.has_bias) return check_f32_sources(g, n, {4, 5, 6});
-      if (n.op == Op::FusedFFN && n.n_src == 5) return check_f32_sources(g, n, {4});
+      if (n.op == Op::FusedFFN && ffn_has_residual(n)) return check_f32_sources(g, n, {4});
       return {};
     }
     case Op::GetRows:
@@ -153,7 +167,7 @@ size_t CudaBackend::node_scratch_bytes(const Graph& g, const Node& n) const {
         for (int j = 1; j < i; ++j) seen = seen || src(g, n, j).type == src(g, n, i).type;
         if (!seen) b += align_up(quantized_activation_bytes(src(g, n, i).type, k, nt));
       }
-      return b;
+      return b + norm_scratch_bytes(n, k, nt);
     }
     case Op::FusedFFN: {
       const int64_t k = src(g, n, 0).ne[0], nt = src(g, n, 0).n_elements() / k;
@@ -165,8 +179,8 @@ size_t CudaBackend::node_scratch_bytes(const Graph& g, const Node& n) const {
       if (wu.type != wg.type) b += align_up(quantized_activation_bytes(wu.type, k, nt));
       b += 2 * align_up(static_cast<size_t>(ff * nt) * sizeof(float));
       b += align_up(quantized_activation_bytes(wd.type, ff, nt));
-      if (n.n_src == 5) b += align_up(static_cast<size_t>(wd.ne[1] * nt) * sizeof(float));  // unfused product
-      return b;
+      if (ffn_has_residual(n)) b += align_up(static_cast<size_t>(wd.ne[1] * nt) * sizeof(float));  // unfused product
+      return b + norm_scratch_bytes(n, k, nt);
     }
     case Op::Attn: {
       const AttnShape s = attn_shape(g, n);
@@ -329,6 +343,34 @@ const void* quantize_into(const OpArgs& a, TensorType type, const float* x, int6
   return qx;
 }
 
+/// The input of a FusedQKV / FusedFFN with p.has_norm (x and, as the last source, the norm
+/// weight): when every weight in `types` reads the same quantized activations and
+/// rms_norm_quantize serves them, one launch writes those activations into the scratch at
+/// `*cursor` (advanced) and *qx points at them; the returned x is then nullptr (nothing reads
+/// f32 activations). Otherwise the normalized rows go to the scratch and are returned (*qx
+/// stays nullptr). Without has_norm: x as it is.
+const float* norm_input(const OpArgs& a, std::initializer_list<TensorType> types, int64_t k, int64_t n,
+                        size_t* cursor, const void** qx) {
+  *qx = nullptr;
+  const float* x = a.in(0);
+  if (!a.n.p.has_norm) return x;
+  const float* w = a.in(a.n.n_src - 1);
+  const TensorType t0 = *types.begin();
+  bool one_family = rms_norm_quantize_supported(t0, k);
+  for (TensorType t : types) one_family = one_family && same_activations(t0, t);
+  if (one_family) {
+    void* q = a.scratch + *cursor;
+    *cursor += align_up(quantized_activation_bytes(t0, k, n));
+    launched(rms_norm_quantize(t0, x, w, k, n, a.n.p.eps, q, a.stream), a);
+    *qx = q;
+    return nullptr;
+  }
+  auto* h = reinterpret_cast<float*>(a.scratch + *cursor);
+  *cursor += align_up(static_cast<size_t>(k * n) * sizeof(float));
+  launched(rms_norm(x, w, h, k, n, a.n.p.eps, "rms_norm_folded", a.stream), a);
+  return h;
+}
+
 void op_matmul(const OpArgs& a) {
   const int64_t k = a.s(0).ne[0], n = a.s(1).n_elements() / k;
   size_t cursor = 0;
@@ -370,14 +412,16 @@ void op_matmul_add(const OpArgs& a) {
   product_then_residual(a, 0, a.in(1), qx, n, a.in(2), &cursor);
 }
 
-// srcs: x, Wq, Wk, Wv [, bq, bk, bv]; output planar: q [dq, n], then k, then v. The projections
+// srcs: x, Wq, Wk, Wv [, bq, bk, bv] [, norm weight (has_norm: x is normalized first, in the
+// quantize launch where norm_input allows)]; output planar: q [dq, n], then k, then v. The projections
 // of one weight type share their quantized x; where the MMVQ kernels serve it, every projection
 // of that type (with its bias) is one launch.
 void op_fused_qkv(const OpArgs& a) {
-  const float* x = a.in(0);
   const int64_t k = a.s(0).ne[0], n = a.s(0).n_elements() / k;
   size_t cursor = 0;
-  const void* qx[3] = {nullptr, nullptr, nullptr};
+  const void* qn = nullptr;
+  const float* x = norm_input(a, {a.s(1).type, a.s(2).type, a.s(3).type}, k, n, &cursor, &qn);
+  const void* qx[3] = {qn, qn, qn};
   float* planes[3];
   float* plane = a.out();
   for (int p = 0; p < 3; ++p) {
@@ -419,18 +463,19 @@ void op_fused_qkv(const OpArgs& a) {
   }
 }
 
-// srcs: x, Wgate, Wup, Wdown [, r]: out = Wdown^T (silu(Wgate^T x) * (Wup^T x)) [+ r].
+// srcs: x, Wgate, Wup, Wdown [, r] [, norm weight (has_norm, as in op_fused_qkv)]: out = Wdown^T (silu(Wgate^T x) * (Wup^T x)) [+ r].
 // Where the MMVQ kernels serve them, gate, up and SwiGLU are one launch and the residual add
 // is the down product's epilogue.
 void op_fused_ffn(const OpArgs& a) {
-  const float* x = a.in(0);
   const int64_t k = a.s(0).ne[0], n = a.s(0).n_elements() / k;
   const int64_t ff = a.s(1).ne[1];
   const TensorType tg = a.s(1).type, tu = a.s(2).type, td = a.s(3).type;
   const int64_t m = a.s(3).ne[1];
-  const float* res = a.n.n_src == 5 ? a.in(4) : nullptr;
+  const float* res = ffn_has_residual(a.n) ? a.in(4) : nullptr;
   size_t cursor = 0;
-  const void* qg = quantize_into(a, tg, x, k, n, &cursor);
+  const void* qg = nullptr;
+  const float* x = norm_input(a, {tg, tu}, k, n, &cursor, &qg);
+  if (qg == nullptr) qg = quantize_into(a, tg, x, k, n, &cursor);
   auto* gate = reinterpret_cast<float*>(a.scratch + cursor);
   cursor += align_up(static_cast<size_t>(ff * n) * sizeof(float));
   if (tu == tg && matmul_fused_supported(tg, k, n)) {
@@ -508,9 +553,10 @@ void CudaBackend::run_direct(const Graph& g, const graph::ExecPlan& plan, size_t
 }
 
 namespace {
-// "MatMul q4_K 3584x18944 n1": the op, the weight type and shape of matrix ops, the token count.
+// "MatMul q4_K 3584x18944 n1": the op (+norm where an RmsNorm is folded in), the weight type and shape of matrix ops, the token count.
 std::string profile_class(const Graph& g, const Node& n) {
   std::string key(graph::op_name(n.op));
+  if (n.p.has_norm) key += "+norm";
   const int src_w = n.op == Op::MatMul || n.op == Op::MatMulAdd ? 0
                     : (n.op == Op::FusedQKV || n.op == Op::FusedFFN) ? 1
                                                                       : -1;

@@ -310,6 +310,32 @@ int fuse_rope_store(Graph& g, Backend* const backends[2]) {
   return fused;
 }
 
+// RmsNorm(x, w) read only by a FusedQKV or FusedFFN (as its input x) -> that op with has_norm:
+// src0 becomes x, w is appended as the last source. Gated by supports_fused(Op::RmsNorm) (a
+// backend that quantizes the normalized row for the matvecs in the same launch).
+int fuse_norm(Graph& g, Backend* const backends[2]) {
+  int fused = 0;
+  const auto sole = sole_consumers(g);
+  for (size_t i = 0; i < g.size(); ++i) {
+    Node& f = g.nodes()[i];
+    if (f.dead || (f.op != Op::FusedQKV && f.op != Op::FusedFFN) || f.p.has_norm) continue;
+    if (!fusable(backends, f, Op::RmsNorm) || f.n_src >= kMaxSrc) continue;
+    const NodeId r_id = f.src[0];
+    Node& r = g.node(r_id);
+    if (r.op != Op::RmsNorm || sole[static_cast<size_t>(r_id)] != static_cast<NodeId>(i) ||
+        r.backend != f.backend || r.ne != g.node(r.src[0]).ne || r.ne[2] != 1 || r.ne[3] != 1)
+      continue;
+    f.src[0] = r.src[0];
+    f.src[f.n_src] = r.src[1];
+    f.n_src = static_cast<uint8_t>(f.n_src + 1);
+    f.p.has_norm = true;
+    f.p.eps = r.p.eps;
+    r.dead = true;
+    ++fused;
+  }
+  return fused;
+}
+
 }  // namespace
 
 FusionStats run_fusion_pass(Graph& g, Backend* const backends[2]) {
@@ -319,6 +345,7 @@ FusionStats run_fusion_pass(Graph& g, Backend* const backends[2]) {
   st.qkv = fuse_qkv(g, backends);
   st.residual = fuse_residual(g, backends);
   st.rope_store = fuse_rope_store(g, backends);
+  st.norm = fuse_norm(g, backends);  // last: the rules above match the norm-free sources
   g.validate();
   return st;
 }

@@ -10,6 +10,8 @@
 //  - Attn(Rope(q), KvcacheStore(Rope(k), K, cells), KvcacheStore(v, V, cells), ...) with q, k, v
 //    the planes of one FusedQKV (q and k optionally through QkNorm) -> QkvBiasRopeStore (in the q
 //    Rope's slot) + the Attn reading K and V directly (graph.h "Fused ops").
+//  - FusedQKV(RmsNorm(x, w), ...) / FusedFFN(RmsNorm(x, w), ...) -> the same op with has_norm,
+//    reading x and (last source) w (the norm's only consumer; gated by supports_fused(RmsNorm)).
 // Rewrites happen in place (the earliest node of a pattern becomes the fused op), so the node
 // order stays topological without moving nodes. Replaced nodes are marked dead.
 #pragma once
@@ -25,6 +27,7 @@ struct FusionStats {
   int qkv = 0;
   int residual = 0;    ///< Adds folded into MatMulAdd or FusedFFN
   int rope_store = 0;  ///< QkvBiasRopeStore ops created
+  int norm = 0;        ///< RmsNorms folded into FusedQKV / FusedFFN (has_norm)
 };
 
 /// `backend_for(kind)` answers supports_fused for the node's backend (nullptr = no fusion).

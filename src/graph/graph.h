@@ -54,6 +54,9 @@ enum class InputKind : uint8_t {
 //              [q rows * n | k rows * n | v rows * n], each plane [dim, n]; = MatMul (+ Add bias).
 //   FusedFFN   x [k, n], Wgate, Wup, Wdown [, r [n_embd, n]]: Wdown^T (silu(Wgate^T x) *
 //              (Wup^T x)) [+ r] (with r: the residual Add(r, ffn) that consumed it, as r + ffn).
+//   FusedQKV / FusedFFN with p.has_norm: x is the input of the RmsNorm that fed them (folded by
+//              the FusionPass) and one more source comes last, that norm's weight w [k] (p.eps):
+//              the op reads RmsNorm(x, w, p.eps) where the plain op reads x.
 //   MatMulAdd  W [k, m], x [k, n], r [m, n]: r + W^T x (the Add(r, MatMul(W, x)) it replaces;
 //              r and the product have the same shape, no broadcast).
 //   QkvBiasRopeStore  qkv (a FusedQKV output, biases already added), K region, V region,
@@ -66,7 +69,7 @@ enum class InputKind : uint8_t {
 
 /// Op parameters; each op reads the fields its doc names.
 struct NodeParams {
-  float eps = 0.0f;          ///< RmsNorm, QkNorm, FusedQkvNorm
+  float eps = 0.0f;          ///< RmsNorm, QkNorm, FusedQkvNorm, FusedQKV/FusedFFN with has_norm
   float scale = 1.0f;        ///< Scale, Softmax, Attn (usually 1/sqrt(head_dim))
   float rope_theta = 0.0f;   ///< Rope, QkvBiasRopeStore: frequency base
   int32_t n_rot = 0;         ///< Rope: rotated dims per head (= head_dim for Qwen)
@@ -79,6 +82,7 @@ struct NodeParams {
   uint64_t offset = 0;       ///< View: byte offset into src0
   std::array<int8_t, 4> perm{0, 1, 2, 3};  ///< Permute
   bool has_bias = false;     ///< FusedQKV
+  bool has_norm = false;     ///< FusedQKV, FusedFFN: RmsNorm folded in ("Fused ops"; p.eps)
   bool has_qk_norm = false;  ///< QkvBiasRopeStore: sources 5, 6 are the q and k norm weights
 };
 

@@ -137,16 +137,22 @@ TEST_P(CudaFusion, TheFusionPassCreatesTheFusedOps) {
   EXPECT_EQ(pg.fusion().qkv, 1);
   EXPECT_EQ(pg.fusion().ffn, 1);
   EXPECT_EQ(pg.fusion().residual, 2);
-  int matmul_add = 0, ffn_with_residual = 0, plain_adds = 0;
+  EXPECT_EQ(pg.fusion().norm, 2) << "both RmsNorms fold into the matvecs that read them";
+  int matmul_add = 0, ffn_with_residual = 0, plain_adds = 0, norms = 0, with_norm = 0;
   for (const auto& n : pg.graph().nodes()) {
     if (n.dead) continue;
     matmul_add += n.op == graph::Op::MatMulAdd;
-    ffn_with_residual += n.op == graph::Op::FusedFFN && n.n_src == 5;
+    // FusedFFN sources: x, Wg, Wu, Wd, r, norm weight.
+    ffn_with_residual += n.op == graph::Op::FusedFFN && n.n_src == 6 && n.p.has_norm;
     plain_adds += n.op == graph::Op::Add;
+    norms += n.op == graph::Op::RmsNorm;
+    with_norm += (n.op == graph::Op::FusedQKV || n.op == graph::Op::FusedFFN) && n.p.has_norm;
   }
   EXPECT_EQ(matmul_add, 1);
   EXPECT_EQ(ffn_with_residual, 1);
   EXPECT_EQ(plain_adds, 0) << "bias and residual adds are all fused";
+  EXPECT_EQ(norms, 0);
+  EXPECT_EQ(with_norm, 2);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -104,13 +104,16 @@ TEST_P(CudaMatmulFused, three_outputs_in_one_launch_equal_the_cpu_products_plus_
           if (with_bias) v = v + bias[static_cast<size_t>(j)];
           if (with_res) v = res[static_cast<size_t>(j + t * m)] + v;
         }
-      auto& dw = bufs.emplace_back(std::make_unique<DeviceBuffer>(w.size()));
+      // Raw pointers to the owned buffers: a reference to the vector's element would dangle as
+      // soon as the next emplace_back reallocates (that was a host SIGSEGV on the device).
+      DeviceBuffer* dw = bufs.emplace_back(std::make_unique<DeviceBuffer>(w.size())).get();
       dw->upload(w.data(), w.size());
-      auto& dy = bufs.emplace_back(std::make_unique<DeviceBuffer>(static_cast<size_t>((m + kPad) * n) * 4));
+      DeviceBuffer* dy =
+          bufs.emplace_back(std::make_unique<DeviceBuffer>(static_cast<size_t>((m + kPad) * n) * 4)).get();
       dy->fill(0xFF);
-      auto& db = bufs.emplace_back(std::make_unique<DeviceBuffer>(bias.size() * 4));
+      DeviceBuffer* db = bufs.emplace_back(std::make_unique<DeviceBuffer>(bias.size() * 4)).get();
       db->upload(bias.data(), bias.size() * 4);
-      auto& dr = bufs.emplace_back(std::make_unique<DeviceBuffer>(res.size() * 4));
+      DeviceBuffer* dr = bufs.emplace_back(std::make_unique<DeviceBuffer>(res.size() * 4)).get();
       dr->upload(res.data(), res.size() * 4);
       outs[s].w = dw->get();
       outs[s].m = m;

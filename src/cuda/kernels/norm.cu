@@ -6,7 +6,7 @@
 namespace minfer::cuda {
 namespace {
 
-constexpr int kNormBlock = 128;
+constexpr int kNormBlock = kRmsNormThreads;
 
 // One block per row (grid-stride over rows).
 __global__ void rms_norm_kernel(const float* __restrict__ x, const float* __restrict__ w,

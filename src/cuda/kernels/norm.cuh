@@ -14,6 +14,11 @@
 
 namespace minfer::cuda {
 
+/// Threads of the one block per row of rms_norm. The order of the double sum of squares follows
+/// from it, so the fused norm + quantize kernel (norm_quantize.cuh) uses it too: both give the
+/// same scale bit for bit.
+inline constexpr int kRmsNormThreads = 128;
+
 /// x, out: `rows` rows of `len` floats; w: `len` floats. `site` names the launch ("rms_norm",
 /// "qk_norm"). Issued on `stream`; false when the launch failed.
 bool rms_norm(const float* x, const float* w, float* out, int64_t len, int64_t rows, float eps,

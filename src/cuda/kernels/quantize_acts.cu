@@ -4,6 +4,7 @@
 #include "cuda/kernels/launch.cuh"
 #include "cuda/kernels/mmvq_common.cuh"
 #include "cuda/kernels/quantize_acts.cuh"
+#include "cuda/kernels/quantize_blocks.cuh"
 
 namespace minfer::cuda::mm {
 namespace {
@@ -21,8 +22,7 @@ unsigned grid_for(int64_t threads) {
 }
 
 // ---- Q8 (Q8_0 / Q8_1 values): 8 threads per 32-element block, 4 elements each ----------------
-// d = max|x| / 127, id = 1 / d (0 when d = 0), q = round_away(x * id) in [-127, 127], d stored
-// rounded to half (quant_legacy.cpp quantize_block_q8).
+// (quantize_blocks.cuh quantize_q8_block)
 __global__ void quantize_q8_kernel(const float* __restrict__ x, int64_t k, int64_t nb,
                                    int64_t total_blocks, int8_t* __restrict__ qs,
                                    float2* __restrict__ ds) {
@@ -33,45 +33,12 @@ __global__ void quantize_q8_kernel(const float* __restrict__ x, int64_t k, int64
   const int64_t step = (static_cast<int64_t>(gridDim.x) * kThreads) >> 3;
   for (int64_t gb = first; gb < total_blocks; gb += step) {
     const int64_t t = gb / nb, b = gb % nb;
-    const float* src = x + t * k + b * 32 + part * 4;
-    float v[4];
-    bool finite = true;
-    float amax = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      v[i] = src[i];
-      finite = finite && is_finite(v[i]);
-      amax = fmaxf(amax, fabsf(v[i]));
-    }
-#pragma unroll
-    for (int o = 1; o < 8; o <<= 1) {
-      amax = fmaxf(amax, __shfl_xor_sync(mask, amax, o));
-      finite = __shfl_xor_sync(mask, static_cast<int>(finite), o) != 0 && finite;
-    }
-    const float d = __fdiv_rn(amax, 127.0f);
-    const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
-    uint32_t packed = 0;
-    int sum = 0;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int q = finite ? round_away_clamped(__fmul_rn(v[i], id), -127, 127) : 0;
-      sum += q;
-      packed |= (static_cast<uint32_t>(q) & 0xFFu) << (8 * i);
-    }
-#pragma unroll
-    for (int o = 1; o < 8; o <<= 1) sum += __shfl_xor_sync(mask, sum, o);
-    *reinterpret_cast<uint32_t*>(qs + t * k + b * 32 + part * 4) = packed;
-    if (part == 0) {
-      const float dh = finite ? half_to_float(float_to_half_bits(d)) : __uint_as_float(0x7FC00000u);
-      ds[gb] = make_float2(dh, __int_as_float(finite ? sum : 0));
-    }
+    quantize_q8_block(x + t * k + b * 32, part, mask, qs + t * k + b * 32, ds + gb);
   }
 }
 
 // ---- Q8K: one warp per 256-element super-block, 8 consecutive elements per lane ---------------
-// xm = the element of largest magnitude (first on ties), iscale = -127 / xm,
-// q = round_even(iscale * x) in [-128, 127], d = 1 / iscale, bsums = sums of 16 q
-// (quant_kquants.cpp quantize_row_q8_K). An all-zero super-block gives d = 0, q = 0.
+// (quantize_blocks.cuh quantize_q8k_block)
 __global__ void quantize_q8k_kernel(const float* __restrict__ x, int64_t k, int64_t nb,
                                     int64_t total_blocks, int8_t* __restrict__ qs,
                                     float* __restrict__ dplane, int16_t* __restrict__ bsums) {
@@ -80,54 +47,7 @@ __global__ void quantize_q8k_kernel(const float* __restrict__ x, int64_t k, int6
   const int64_t step = (static_cast<int64_t>(gridDim.x) * kThreads) >> 5;
   for (int64_t gb = first; gb < total_blocks; gb += step) {
     const int64_t t = gb / nb, b = gb % nb;
-    const float* src = x + t * k + b * 256 + lane * 8;
-    float v[8];
-    bool finite = true;
-    float best_a = 0.0f, best_x = 0.0f;
-    int best_i = 1 << 30;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      v[e] = src[e];
-      finite = finite && is_finite(v[e]);
-      if (fabsf(v[e]) > best_a) {  // strict: the first of equal magnitudes wins
-        best_a = fabsf(v[e]);
-        best_x = v[e];
-        best_i = lane * 8 + e;
-      }
-    }
-#pragma unroll
-    for (int o = 16; o >= 1; o >>= 1) {
-      const float oa = __shfl_xor_sync(kFullMask, best_a, o);
-      const float ox = __shfl_xor_sync(kFullMask, best_x, o);
-      const int oi = __shfl_xor_sync(kFullMask, best_i, o);
-      if (oa > best_a || (oa == best_a && oi < best_i)) {
-        best_a = oa;
-        best_x = ox;
-        best_i = oi;
-      }
-    }
-    finite = __all_sync(kFullMask, finite);
-    int8_t* dst = qs + t * k + b * 256 + lane * 8;
-    int16_t* bs = bsums + gb * 16;
-    if (!finite || best_a == 0.0f) {
-      *reinterpret_cast<uint2*>(dst) = make_uint2(0u, 0u);
-      if ((lane & 1) == 0) bs[lane >> 1] = 0;
-      if (lane == 0) dplane[gb] = finite ? 0.0f : __uint_as_float(0x7FC00000u);
-      continue;
-    }
-    const float iscale = __fdiv_rn(-127.0f, best_x);
-    uint32_t w[2] = {0u, 0u};
-    int sum = 0;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      const int q = round_even_clamped(__fmul_rn(iscale, v[e]), -128, 127);
-      sum += q;
-      w[e / 4] |= (static_cast<uint32_t>(q) & 0xFFu) << (8 * (e % 4));
-    }
-    sum += __shfl_xor_sync(kFullMask, sum, 1);  // lanes 2g and 2g+1 hold group g's 16 elements
-    *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
-    if ((lane & 1) == 0) bs[lane >> 1] = static_cast<int16_t>(sum);
-    if (lane == 0) dplane[gb] = __fdiv_rn(1.0f, iscale);
+    quantize_q8k_block(x + t * k + b * 256, lane, qs + t * k + b * 256, bsums + gb * 16, dplane + gb);
   }
 }
 
