@@ -7,6 +7,7 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/kernels/attn_decode.cuh"
 #include "cuda/kernels/attention.cuh"
+#include "cuda/kernels/flash_attn.cuh"
 #include "cuda/kernels/batch_matmul.cuh"
 #include "cuda/kernels/elementwise.cuh"
 #include "cuda/kernels/get_rows.cuh"
@@ -172,6 +173,7 @@ size_t CudaBackend::node_scratch_bytes(const Graph& g, const Node& n) const {
       const AttnShape s = attn_shape(g, n);
       if (*attn_decode_unsupported(s, src(g, n, 1).type) == '\0')
         return attn_decode_plan(s, ctx_.info().sm_count, attn_chunk_).scratch_bytes;
+      if (*flash_attn_unsupported(s, src(g, n, 1).type) == '\0') return 0;  // prefill: flash, no scratch
       return attn_plan(s, ctx_.info().sm_count).scratch_bytes;
     }
     default:
@@ -307,6 +309,8 @@ void op_attn(const OpArgs& a) {
   // Decode shapes (nt <= 8) take the split-K decode kernels; the plan never depends on nt.
   if (*attn_decode_unsupported(s, kv) == '\0')
     launched(attn_decode(kv, s, attn_decode_plan(s, a.sm_count, a.attn_chunk), args, a.stream), a);
+  else if (*flash_attn_unsupported(s, kv) == '\0')  // prefill (nt > 8): flash_attn.cuh
+    launched(flash_attn(kv, s, args, a.stream), a);
   else
     launched(attention(kv, s, attn_plan(s, a.sm_count), args, a.stream), a);
 }
