@@ -6,8 +6,9 @@
 #   1. the flash-attention prefill tests and the attention / KV suites that now route prefill
 #      shapes through it                                        $OUT/cuda_test_flash.log (<= 150 s)
 #   2. the MMQ device tests (they did not run in device call 1)  $OUT/cuda_test_mmq.log   (<= 180 s)
-#   3. 1.5B Q4_K_M: minfer bench pp512 and pp2048 (3 runs) and a MINFER_CUDA_PROFILE=1 prefill profile
-#      (per-op device times; Attn was 1284 us per call before)  $OUT/bench_1.5b.log       (<= 120 s)
+#   3. 1.5B Q4_K_M: minfer bench pp512 and pp2048 (3 runs), the same with MINFER_CUDA_NO_FLASH_ATTN=1
+#      (A/B in one session), and a MINFER_CUDA_PROFILE=1 prefill profile
+#      (per-op device times; Attn was 1284 us per call before)  $OUT/bench_1.5b.log       (<= 160 s)
 #   4. every other device test suite (engine identity CPU vs CUDA prefills through the flash
 #      kernel now) with the time left                           $OUT/cuda_test_rest.log
 # Usage: scripts/prefill_device.sh          (OUT defaults to /tmp/prefill-device)
@@ -34,6 +35,8 @@ rc_mmq=${PIPESTATUS[0]}
   [[ -f $m ]] || timeout 60 "$bin/minfer" synth --arch qwen2 --preset qwen2.5-1.5b --type q4_K_M --seed 1 \
     --vocab models/minfer-demo-py-q6_K.gguf -o "$m" 2>&1 | tail -2
   timeout 30 "$bin/minfer" bench -m "$m" --device cuda -p 512,2048 -n 32 -r 3
+  echo "== the same with MINFER_CUDA_NO_FLASH_ATTN=1 (the split-K attention of batch 1)"
+  MINFER_CUDA_NO_FLASH_ATTN=1 timeout 40 "$bin/minfer" bench -m "$m" --device cuda -p 512,2048 -n 32 -r 3
   MINFER_CUDA_PROFILE=1 timeout 30 "$bin/minfer" bench -m "$m" --device cuda -p 512 -n 1 -r 1
 } > "$out/bench_1.5b.log" 2>&1
 tail -40 "$out/bench_1.5b.log"

@@ -2,7 +2,8 @@
 // 64, 128 and 256, GQA groups of 1.5B, 0.5B and 7B shapes, nt 9 / 77 / 300 / 512, prompts that
 // start an empty cache and prompts that continue one (start > 0), two sequences in one batch,
 // empty cells inside and after the window, a token whose sequence holds no cell (zeros), and the
-// same windows with every cell no token can see filled with NaN bytes on the device.
+// same windows with every cell no token can see filled with NaN bytes on the device; and the
+// MINFER_CUDA_NO_FLASH_ATTN gate back to the split kernel.
 #ifdef MINFER_HAS_CUDA
 
 #include <gtest/gtest.h>
@@ -204,6 +205,38 @@ TEST_P(CudaFlashAttn, MaskedCellsHoldingNanBytesAreNeverUsed) {
   EXPECT_TRUE(matches_cpu({"hd 64, nt 512, start 0", 512, 14, 2, 64, 0}, type, true));
   EXPECT_TRUE(matches_cpu({"hd 128, nt 9, start 133", 9, 12, 2, 128, 133}, type, true));
   EXPECT_TRUE(matches_cpu({"hd 256, two seqs, nt 77, start 50", 77, 16, 4, 256, 50, 2}, type, true));
+}
+
+TEST_P(CudaFlashAttn, NoFlashGateRoutesPrefillToTheSplitKernel) {
+  MINFER_REQUIRE_CUDA();
+  const TensorType type = GetParam();
+  // MINFER_CUDA_NO_FLASH_ATTN=1 (read when a backend is made) sends the same prefill to
+  // attention.cu: its output must differ from the flash kernel's (which rounds P to f16) and
+  // meet the split kernel's own "attention" class (3e-5 + 3e-5 |want|, docs/cuda.md).
+  AttnData d;
+  const AttnCase c = make_case({"hd 128, nt 77, start 20", 77, 12, 2, 128, 20}, d);
+  const auto q = f16_exact_floats(static_cast<size_t>(c.hd * c.n_head * c.nt), 311);
+  const auto kb = region(type, c.n_head_kv * c.hd, c.n_ctx, 312), vb = region(type, c.n_head_kv * c.hd, c.n_ctx, 313);
+  const auto make = [&] { return test::attn_graph(c, type, d, q, kb, vb); };
+  const auto run_cuda = [&] {
+    cpu::CpuBackend cpu(1);
+    cuda::CudaBackend dev;
+    return as_floats(test::run_graph(make, graph::BackendKind::Cuda, cpu, &dev).outputs[0]);
+  };
+  std::vector<float> want, flash, split;
+  {
+    cpu::CpuBackend cpu(2);
+    want = as_floats(test::run_graph(make, graph::BackendKind::Cpu, cpu, nullptr).outputs[0]);
+  }
+  flash = run_cuda();
+  {
+    test::ScopedEnv env("MINFER_CUDA_NO_FLASH_ATTN", "1");
+    split = run_cuda();
+  }
+  EXPECT_TRUE(test::floats_close(split, want, 3e-5, 3e-5)) << "split kernel under the gate, " << type_name(type);
+  EXPECT_NE(std::memcmp(flash.data(), split.data(), flash.size() * sizeof(float)), 0)
+      << "the gate did not change the kernel (" << type_name(type) << ")";
+  EXPECT_TRUE(test::floats_close(flash, want, kFlashTolQ8, kFlashTolQ8)) << "flash, " << type_name(type);
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, CudaFlashAttn,
