@@ -19,7 +19,7 @@ out=${OUT:-/tmp/prefill-device}
 mkdir -p "$out"
 start=$SECONDS
 bin=.device/bin
-[[ -x $bin/minfer ]] || bin=build-cuda/tools
+[[ -x $bin/minfer ]] || bin=build-cuda/tools/minfer
 export LD_LIBRARY_PATH="$PWD/.device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 # cuda_test.sh copies its log to $OUT/cuda_test.log when OUT is set: run it without OUT and keep
