@@ -173,7 +173,7 @@ size_t CudaBackend::node_scratch_bytes(const Graph& g, const Node& n) const {
       const AttnShape s = attn_shape(g, n);
       if (*attn_decode_unsupported(s, src(g, n, 1).type) == '\0')
         return attn_decode_plan(s, ctx_.info().sm_count, attn_chunk_).scratch_bytes;
-      if (flash_attn_ && *flash_attn_unsupported(s, src(g, n, 1).type) == '\0') return 0;  // prefill: flash, no scratch
+      if (flash_attn_ && flash_attn_preferred(s, src(g, n, 1).type, ctx_.info().sm_count)) return 0;  // prefill: flash, no scratch
       return attn_plan(s, ctx_.info().sm_count).scratch_bytes;
     }
     default:
@@ -310,7 +310,7 @@ void op_attn(const OpArgs& a) {
   // Decode shapes (nt <= 8) take the split-K decode kernels; the plan never depends on nt.
   if (*attn_decode_unsupported(s, kv) == '\0')
     launched(attn_decode(kv, s, attn_decode_plan(s, a.sm_count, a.attn_chunk), args, a.stream), a);
-  else if (a.flash_attn && *flash_attn_unsupported(s, kv) == '\0')  // prefill (nt > 8): flash_attn.cuh
+  else if (a.flash_attn && flash_attn_preferred(s, kv, a.sm_count))  // prefill (nt > 8): flash_attn.cuh
     launched(flash_attn(kv, s, args, a.stream), a);
   else
     launched(attention(kv, s, attn_plan(s, a.sm_count), args, a.stream), a);

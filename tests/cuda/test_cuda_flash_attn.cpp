@@ -116,6 +116,8 @@ std::string where(size_t i, const AttnCase& c) {
   const cuda::AttnShape shape{c.nt, c.n_head, c.n_head_kv, c.hd, c.n_kv};
   if (const char* why = cuda::flash_attn_unsupported(shape, type); *why != '\0')
     return ::testing::AssertionFailure() << p.name << ": not a flash shape: " << why;
+  if (!cuda::flash_attn_preferred(shape, type, 1 << 20))  // true for any SM count: the window is short
+    return ::testing::AssertionFailure() << p.name << ": the op table would not pick the flash kernel";
   const auto q = f16_exact_floats(static_cast<size_t>(c.hd * c.n_head * c.nt), 301);
   const int64_t kv_dim = c.n_head_kv * c.hd;
   const auto kb = region(type, kv_dim, c.n_ctx, 302), vb = region(type, kv_dim, c.n_ctx, 303);
@@ -254,6 +256,12 @@ TEST(CudaFlashAttnDispatch, PrefillShapesOfTheSupportedHeadDimsAndFormatsTakeThe
   EXPECT_STRNE(cuda::flash_attn_unsupported(AttnShape{64, 12, 2, 96, 512}, TensorType::F16), "");
   EXPECT_STRNE(cuda::flash_attn_unsupported(AttnShape{64, 12, 2, 128, 512}, TensorType::BF16), "");
   EXPECT_STRNE(cuda::flash_attn_unsupported(AttnShape{64, 12, 5, 128, 512}, TensorType::F16), "");
+  // Preference on 132 SMs: a few tokens on a long window (2 blocks) go to the split kernel; the
+  // same window with pp512 rows, or a short window, stays with flash.
+  EXPECT_FALSE(cuda::flash_attn_preferred(AttnShape{9, 12, 2, 128, 4096}, TensorType::F16, 132));
+  EXPECT_TRUE(cuda::flash_attn_preferred(AttnShape{512, 12, 2, 128, 4096}, TensorType::F16, 132));
+  EXPECT_TRUE(cuda::flash_attn_preferred(AttnShape{9, 12, 2, 128, 2048}, TensorType::F16, 132));
+  EXPECT_FALSE(cuda::flash_attn_preferred(AttnShape{8, 12, 2, 128, 512}, TensorType::F16, 132));
 }
 
 }  // namespace

@@ -312,6 +312,12 @@ const char* flash_attn_unsupported(const AttnShape& s, TensorType kv_type) {
   return "";
 }
 
+bool flash_attn_preferred(const AttnShape& s, TensorType kv_type, int sm_count) {
+  if (*flash_attn_unsupported(s, kv_type) != '\0') return false;
+  const int64_t blocks = (s.n_tok * (s.n_head / s.n_head_kv) + kFlashRows - 1) / kFlashRows * s.n_head_kv;
+  return !(2 * blocks < sm_count && s.n_kv > kFlashLongWindow);
+}
+
 bool flash_attn(TensorType kv_type, const AttnShape& s, const AttnArgs& a, cudaStream_t stream) {
   if (s.n_tok <= 0) return true;
   const bool vec16 = kv_type != TensorType::Q8_0;

@@ -46,6 +46,14 @@ constexpr int kFlashTileCells(int64_t d) { return d > 128 ? 32 : 64; }
 /// q8_0 KV, n_head a multiple of n_head_kv, at most 65535 KV heads.
 const char* flash_attn_unsupported(const AttnShape& s, TensorType kv_type);
 
+/// True when the op table should run `s` through the flash kernel on a device with `sm_count`
+/// SMs: flash_attn_unsupported is empty, unless the kernel would fill fewer than half of the SMs
+/// (row blocks x KV heads) while each block scans more than kFlashLongWindow cells serially
+/// (a few tokens continuing a long cache): there the split-K kernel of attention.cuh spreads the
+/// window over the SMs. The threshold is a guess, not yet measured.
+inline constexpr int64_t kFlashLongWindow = 2048;
+bool flash_attn_preferred(const AttnShape& s, TensorType kv_type, int sm_count);
+
 /// Runs the flash kernel (no scratch). q and out must be 8-byte aligned; for f32 and f16 KV the
 /// K and V regions and a.row_bytes must be 16-byte aligned (q8_0: 2-byte). Returns false when
 /// the launch failed (site flash_attn_{f32,f16,q8_0}_d{64,128,256}) or the arguments do not fit
