@@ -2,7 +2,7 @@
 # Builds the CUDA configuration on this (Debian 12) machine and packs what the device machine
 # (Ubuntu 24.04, driver and CUDA runtime but no Debian -dev packages) needs to run the device
 # tests into .device/ (git-ignored):
-#   .device/bin/minfer, .device/bin/minfer_tests   stripped, static cudart
+#   .device/bin/minfer, .device/bin/minfer_tests   without debug info (symbols kept), static cudart
 #   .device/bin/bench_cuda_matmul, bench_cuda_mmq  the device micro-benchmarks (only with
 #                                                  BUNDLE_BENCH=1: the device tool's transfer
 #                                                  limit is 64 MiB with the work tree)
@@ -31,7 +31,7 @@ rm -rf .device
 mkdir -p .device/bin .device/lib
 cp "${files[@]}" .device/bin/
 bins=(.device/bin/*)
-strip --strip-unneeded "${bins[@]}"
+strip --strip-debug "${bins[@]}"  # keeps the symbol table: backtraces on the device name functions
 
 # Libraries the device has in a newer, compatible version (glibc, the C++ runtime) stay out:
 # a carried older copy would shadow them. Everything else ldd resolves is carried.

@@ -352,13 +352,13 @@ TEST(Vocab, InconsistentVocabulariesAreErrors) {
   d.merges.emplace_back("zz", "q");
   EXPECT_NE(error_of([&] { Tokenizer t(d); }).find("merge 8"), std::string::npos);
   d = tiny_vocab({});
-  d.tokens[5] = d.tokens[6];
+  d.tokens.set(5, d.tokens[6]);
   EXPECT_NE(error_of([&] { Tokenizer t(d); }).find("tokens 5 and 6"), std::string::npos);
   d = tiny_vocab({});
   d.eos_id = 999;
   EXPECT_NE(error_of([&] { Tokenizer t(d); }).find("eos token id 999"), std::string::npos);
   d = tiny_vocab({});
-  d.tokens[65] = "not-a-byte";
+  d.tokens.set(65, "not-a-byte");
   EXPECT_NE(error_of([&] { Tokenizer t(d); }).find("byte 0x41"), std::string::npos);
 }
 

@@ -52,18 +52,18 @@ inline void write_tokenizer_json(const tok::VocabData& d, const std::filesystem:
   nlohmann::ordered_json added = nlohmann::ordered_json::array();
   for (size_t i = 0; i < d.tokens.size(); ++i) {
     if (d.types[i] == tok::TokenType::Normal) {
-      vocab[d.tokens[i]] = i;
+      vocab[std::string(d.tokens[i])] = i;
     } else {
       const uint8_t s = d.strip.empty() ? 0 : d.strip[i];
-      added.push_back({{"id", i}, {"content", d.tokens[i]}, {"single_word", false},
+      added.push_back({{"id", i}, {"content", std::string(d.tokens[i])}, {"single_word", false},
                        {"lstrip", (s & tok::kStripLeft) != 0}, {"rstrip", (s & tok::kStripRight) != 0},
                        {"normalized", false}, {"special", d.types[i] == tok::TokenType::Control}});
     }
   }
   nlohmann::ordered_json merges = nlohmann::ordered_json::array();
   for (const auto& [l, r] : d.merges) {
-    if (pair_merges) merges.push_back({l, r});
-    else merges.push_back(l + " " + r);
+    if (pair_merges) merges.push_back({std::string(l), std::string(r)});
+    else merges.push_back(std::string(l) + " " + std::string(r));
   }
   nlohmann::ordered_json j;
   j["version"] = "1.0";

@@ -50,7 +50,7 @@ int64_t from_gguf(gguf::GgufWriter& w, const std::string& path, int64_t n_vocab)
   for (const gguf::KeyValue& kv : f->metadata()) {
     if (kv.key.rfind("tokenizer.", 0) != 0) continue;
     if (n_tokens < n_vocab && kv.key == "tokenizer.ggml.tokens") {
-      w.set_string_array(kv.key, d.tokens);
+      w.set_string_array(kv.key, d.tokens.views());
     } else if (n_tokens < n_vocab && kv.key == "tokenizer.ggml.token_type") {
       w.set_i32_array(kv.key, type_ids(d));
     } else if (n_tokens < n_vocab && kv.key == "tokenizer.ggml.scores") {
@@ -78,11 +78,11 @@ int64_t from_tokenizer_json(gguf::GgufWriter& w, const std::string& path, int64_
   // special vocabulary).
   w.set_string("tokenizer.ggml.model", d.model);
   w.set_string("tokenizer.ggml.pre", d.pre);
-  w.set_string_array("tokenizer.ggml.tokens", d.tokens);
+  w.set_string_array("tokenizer.ggml.tokens", d.tokens.views());
   w.set_i32_array("tokenizer.ggml.token_type", type_ids(d));
   std::vector<std::string> merges;
   merges.reserve(d.merges.size());
-  for (const auto& [l, r] : d.merges) merges.push_back(l + " " + r);
+  for (const auto& [l, r] : d.merges) merges.push_back(std::string(l) + " " + std::string(r));
   w.set_string_array("tokenizer.ggml.merges", merges);
   if (d.eos_id >= 0) w.set_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(d.eos_id));
   if (d.pad_id >= 0) w.set_u32("tokenizer.ggml.padding_token_id", static_cast<uint32_t>(d.pad_id));

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "core/fp16.h"
@@ -109,6 +111,24 @@ void op_attn(const OpContext& c, const Node& n, float* out) {
     hi_all = std::max(hi_all, hi[static_cast<size_t>(t)]);
   }
 
+  // Cells no token of this op can see (empty, another sequence's, or past every token's position
+  // in its sequence) may hold any bytes, NaN included (a cache is not cleared). The GEMMs below
+  // run over every cell up to hi, so such cells enter as zeros: masked scores become -inf anyway,
+  // and a zero V row keeps 0 * NaN out of P V. Seen by some token iff kv_pos >= 0 and kv_pos <= the
+  // largest position of its sequence among the tokens.
+  std::vector<std::pair<int32_t, int32_t>> seq_max_pos;  // (seq, max pos) of the op's tokens
+  for (int64_t t = 0; t < n_tok; ++t) {
+    auto it = std::find_if(seq_max_pos.begin(), seq_max_pos.end(), [&](const auto& e) { return e.first == seq[t]; });
+    if (it == seq_max_pos.end()) seq_max_pos.emplace_back(seq[t], pos[t]);
+    else it->second = std::max(it->second, pos[t]);
+  }
+  const auto seen_by_some_token = [&](int64_t cell) {
+    if (kv_pos[cell] < 0) return false;
+    for (const auto& [s, p] : seq_max_pos)
+      if (s == kv_seq[cell]) return kv_pos[cell] <= p;
+    return false;
+  };
+
   // K as f32 rows (in place when the region is f32), V transposed: vt[g][d][cell].
   const float* kf = reinterpret_cast<const float*>(kreg);
   int64_t k_stride = kv_dim;  // floats between cells of kf
@@ -120,9 +140,15 @@ void op_attn(const OpContext& c, const Node& n, float* out) {
   c.pool.parallel_for(hi_all, 16, [&](int64_t r0, int64_t r1, int) {
     std::vector<float> row(static_cast<size_t>(kv_dim));
     for (int64_t cell = r0; cell < r1; ++cell) {
+      if (!seen_by_some_token(cell)) {
+        if (k_elems != 0) std::fill(kbuf + cell * kv_dim, kbuf + (cell + 1) * kv_dim, 0.0f);
+        for (int64_t d = 0; d < kv_dim; ++d) vt[d * hi_all + cell] = 0.0f;
+        continue;
+      }
       if (k_elems != 0) kv_row_to_f32(nk.type, kreg, kv_dim, cell, kbuf + cell * kv_dim);
       const uint8_t* vr = vreg + static_cast<size_t>(cell) * v_row;
       if (nv.type == TensorType::F32) std::memcpy(row.data(), vr, v_row);
+      else if (nv.type == TensorType::F16) kv_row_to_f32(nv.type, vreg, kv_dim, cell, row.data());
       else type_traits(nv.type).dequantize_row(vr, row.data(), kv_dim);
       for (int64_t d = 0; d < kv_dim; ++d) vt[d * hi_all + cell] = row[static_cast<size_t>(d)];
     }

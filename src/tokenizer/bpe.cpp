@@ -16,33 +16,25 @@ constexpr size_t kShortWordSymbols = 48;       // below this, scan for the best 
 
 }  // namespace
 
-BpeModel::BpeModel(const VocabData& data, const std::unordered_map<std::string, int32_t>& token_to_id) {
+BpeModel::BpeModel(const VocabData& data, const TokenIndex& index) {
   for (int b = 0; b < 256; ++b) {
     std::string text;
     utf8_append(text, byte_to_codepoint(static_cast<uint8_t>(b)));
-    auto it = token_to_id.find(text);
-    MINFER_CHECK(it != token_to_id.end(), "{}: the vocabulary has no token for byte 0x{:02X} ('{}')",
-          data.source, b, text);
-    byte_token_[static_cast<size_t>(b)] = it->second;
+    const int32_t id = index.find(data.tokens, text);
+    MINFER_CHECK(id >= 0, "{}: the vocabulary has no token for byte 0x{:02X} ('{}')", data.source, b, text);
+    byte_token_[static_cast<size_t>(b)] = id;
   }
-  merges_.reserve(data.merges.size() * 2);
+  merges_.reset(data.merges.size());
   for (size_t rank = 0; rank < data.merges.size(); ++rank) {
-    const auto& [left, right] = data.merges[rank];
-    auto l = token_to_id.find(left);
-    auto r = token_to_id.find(right);
-    auto m = token_to_id.find(left + right);
-    MINFER_CHECK(l != token_to_id.end() && r != token_to_id.end() && m != token_to_id.end(),
+    const auto [left, right] = data.merges[rank];
+    const int32_t l = index.find(data.tokens, left);
+    const int32_t r = index.find(data.tokens, right);
+    const int32_t m = index.find(data.tokens, data.merges.joined(rank));
+    MINFER_CHECK(l >= 0 && r >= 0 && m >= 0,
           "{}: merge {} ('{} {}') names a token that is not in the vocabulary ('{}')", data.source,
-          rank, left, right,
-          l == token_to_id.end() ? left : r == token_to_id.end() ? right : left + right);
-    // The first (lowest-rank) occurrence of a pair wins, as in HF tokenizers.
-    merges_.emplace(key(l->second, r->second), Merge{static_cast<int32_t>(rank), m->second});
+          rank, left, right, l < 0 ? left : r < 0 ? right : data.merges.joined(rank));
+    merges_.insert(l, r, static_cast<int32_t>(rank), m);
   }
-}
-
-const BpeModel::Merge* BpeModel::find(int32_t a, int32_t b) const {
-  auto it = merges_.find(key(a, b));
-  return it == merges_.end() ? nullptr : &it->second;
 }
 
 // Short words: keep the rank of every adjacent pair in an array; each step merges the

@@ -12,16 +12,18 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tokenizer/merge_table.h"
+#include "tokenizer/token_index.h"
 #include "tokenizer/vocab.h"
 
 namespace minfer::tok {
 
 class BpeModel {
  public:
-  /// Builds the byte table and the merge table from validated data (`token_to_id` maps every
-  /// token text to its id). Throws minfer::Error naming the source file and the merge rank
-  /// when a merge names a token that does not exist.
-  BpeModel(const VocabData& data, const std::unordered_map<std::string, int32_t>& token_to_id);
+  /// Builds the byte table and the merge table from validated data (`index` holds every id of
+  /// data.tokens). Throws minfer::Error naming the source file and the merge rank when a merge
+  /// names a token that does not exist, or the byte when a byte has no token.
+  BpeModel(const VocabData& data, const TokenIndex& index);
 
   /// Appends the ids of `word` (raw bytes, not in the byte-level alphabet) to `out`.
   /// Thread-safe.
@@ -30,23 +32,21 @@ class BpeModel {
   /// Same, without the cache (used by tests to check the cache changes nothing).
   void encode_word_uncached(std::string_view word, std::vector<int32_t>& out) const;
 
-  /// Number of merges.
+  /// Number of distinct merge pairs.
   size_t n_merges() const { return merges_.size(); }
 
+  /// Heap bytes of the merge table (fixed after construction; the word cache is not counted:
+  /// it grows with use, up to its cap).
+  size_t memory_bytes() const { return merges_.memory_bytes(); }
+
  private:
-  struct Merge {
-    int32_t rank;
-    int32_t result;
-  };
-  static uint64_t key(int32_t a, int32_t b) {
-    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
-  }
-  const Merge* find(int32_t a, int32_t b) const;
+  using Merge = MergeTable::Entry;
+  const Merge* find(int32_t a, int32_t b) const { return merges_.find(a, b); }
   void merge_short(std::vector<int32_t>& ids) const;
   void merge_long(std::vector<int32_t>& ids) const;
 
   std::array<int32_t, 256> byte_token_{};
-  std::unordered_map<uint64_t, Merge> merges_;
+  MergeTable merges_;
 
   struct StringHash {
     using is_transparent = void;

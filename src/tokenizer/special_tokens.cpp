@@ -14,7 +14,7 @@ bool is_ascii_space(char c) {  // C isspace() in the "C" locale, as llama.cpp us
 
 }  // namespace
 
-SpecialTokenMatcher::SpecialTokenMatcher(const std::vector<std::string>& tokens,
+SpecialTokenMatcher::SpecialTokenMatcher(const StringTable& tokens,
                                          const std::vector<TokenType>& types,
                                          const std::vector<uint8_t>& strip) {
   std::vector<int32_t> ids;
@@ -31,9 +31,19 @@ SpecialTokenMatcher::SpecialTokenMatcher(const std::vector<std::string>& tokens,
     const TokenType t = types[i];
     by_first_byte_[static_cast<uint8_t>(tokens[i][0])].push_back(
         Entry{ids[p], static_cast<uint32_t>(p), t != TokenType::UserDefined,
-              strip.empty() ? uint8_t{kStripNone} : strip[i], tokens[i]});
+              strip.empty() ? uint8_t{kStripNone} : strip[i], std::string(tokens[i])});
   }
   n_entries_ = ids.size();
+}
+
+size_t SpecialTokenMatcher::memory_bytes() const {
+  size_t bytes = 0;
+  for (const auto& bucket : by_first_byte_) {
+    bytes += bucket.capacity() * sizeof(Entry);
+    for (const Entry& e : bucket)
+      if (e.text.capacity() > std::string().capacity()) bytes += e.text.capacity() + 1;  // not inline
+  }
+  return bytes;
 }
 
 void SpecialTokenMatcher::partition(std::string_view text, bool parse_special,

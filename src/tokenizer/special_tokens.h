@@ -26,7 +26,7 @@ struct Fragment {
 class SpecialTokenMatcher {
  public:
   /// Takes every Control, Unknown and UserDefined token of the vocabulary (`strip` may be empty).
-  SpecialTokenMatcher(const std::vector<std::string>& tokens, const std::vector<TokenType>& types,
+  SpecialTokenMatcher(const StringTable& tokens, const std::vector<TokenType>& types,
                       const std::vector<uint8_t>& strip);
 
   /// Splits `text` into fragments, in order. Control and Unknown tokens take part only when
@@ -36,6 +36,9 @@ class SpecialTokenMatcher {
 
   /// Number of tokens that can be matched.
   size_t size() const { return n_entries_; }
+
+  /// Heap bytes held (bucket capacities and the copied token texts), for memory accounting.
+  size_t memory_bytes() const;
 
  private:
   struct Entry {

@@ -1,13 +1,13 @@
 #include "tokenizer/tokenizer.h"
 
 #include <algorithm>
-#include <unordered_map>
 
 #include "core/error.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/special_tokens.h"
+#include "tokenizer/token_index.h"
 #include "tokenizer/utf8.h"
 
 namespace minfer::tok {
@@ -30,28 +30,28 @@ constexpr std::string_view kFimTexts[] = {"<|fim_prefix|>", "<|fim_suffix|>", "<
 }  // namespace
 
 struct Tokenizer::Impl {
-  VocabData data;
+  VocabData data;  // merges, types and strip flags are dropped once the tables below have them
   PreTokenizer pre;
-  std::unordered_map<std::string, int32_t> token_to_id;
-  std::vector<std::string> pieces;  // render_special = true
+  TokenIndex token_to_id;  // ids of data.tokens by text
+  StringTable pieces;      // bytes of each token with render_special = true
+  std::vector<uint8_t> types;  // TokenType by id, one byte each (data.types has 4)
   std::vector<bool> eog;
   std::vector<int32_t> eog_list;
   std::unique_ptr<BpeModel> bpe;
   std::unique_ptr<PreTokenizerRegex> regex;
   std::unique_ptr<SpecialTokenMatcher> specials;
-  static inline const std::string kEmpty;
 
   explicit Impl(VocabData d) : data(std::move(d)) {
     validate_vocab(data);
     pre = pre_tokenizer_from_name(data.pre, data.source);
     const size_t n = data.tokens.size();
-    token_to_id.reserve(n);
-    for (size_t i = 0; i < n; ++i) token_to_id.emplace(data.tokens[i], static_cast<int32_t>(i));
+    token_to_id.reset(n);
+    for (size_t i = 0; i < n; ++i) (void)token_to_id.insert(data.tokens, static_cast<int32_t>(i));
+    // The merge table replaces the merge texts; free them before the pieces are built.
+    bpe = std::make_unique<BpeModel>(data, token_to_id);
+    data.merges.clear();
 
-    auto find = [&](std::string_view t) -> int32_t {
-      auto it = token_to_id.find(std::string(t));
-      return it == token_to_id.end() ? -1 : it->second;
-    };
+    auto find = [&](std::string_view t) { return token_to_id.find(data.tokens, t); };
     auto make_control = [&](int32_t id) {
       auto& t = data.types[static_cast<size_t>(id)];
       if (t != TokenType::Control) t = TokenType::Control;
@@ -78,21 +78,29 @@ struct Tokenizer::Impl {
           make_control(static_cast<int32_t>(i));
       }
 
-    pieces.resize(n);
+    // A piece is never longer than its text (a byte-level character is 1 or 2 bytes of UTF-8
+    // for 1 byte), so the text arena's size is enough.
+    size_t text_bytes = 0;
+    for (std::string_view t : data.tokens) text_bytes += t.size();
+    pieces.reserve(n, text_bytes);
     for (size_t i = 0; i < n; ++i) {
       switch (data.types[i]) {
         case TokenType::Normal:
-        case TokenType::Byte: pieces[i] = token_text_to_bytes(data.tokens[i]); break;
+        case TokenType::Byte: pieces.push_back(token_text_to_bytes(data.tokens[i])); break;
         case TokenType::Control:
         case TokenType::Unknown:
-        case TokenType::UserDefined: pieces[i] = data.tokens[i]; break;
+        case TokenType::UserDefined: pieces.push_back(data.tokens[i]); break;
         case TokenType::Unused:
-        case TokenType::Undefined: break;  // decodes to nothing, as in llama.cpp
+        case TokenType::Undefined: pieces.push_back({}); break;  // decodes to nothing, as in llama.cpp
       }
     }
-    bpe = std::make_unique<BpeModel>(data, token_to_id);
+    data.tokens.shrink_to_fit();
     regex = std::make_unique<PreTokenizerRegex>(pre);
     specials = std::make_unique<SpecialTokenMatcher>(data.tokens, data.types, data.strip);
+    types.reserve(n);
+    for (TokenType t : data.types) types.push_back(static_cast<uint8_t>(t));  // 0..6, validated
+    std::vector<TokenType>().swap(data.types);
+    std::vector<uint8_t>().swap(data.strip);
   }
 
   void check_id(int32_t id) const {
@@ -149,11 +157,11 @@ std::vector<int32_t> Tokenizer::encode_uncached(std::string_view text, bool add_
   return impl_->encode(text, add_special, parse_special, false);
 }
 
-const std::string& Tokenizer::token_to_piece(int32_t id, bool render_special) const {
+std::string_view Tokenizer::token_to_piece(int32_t id, bool render_special) const {
   impl_->check_id(id);
   const auto i = static_cast<size_t>(id);
-  const TokenType t = impl_->data.types[i];
-  if (!render_special && (t == TokenType::Control || t == TokenType::Unknown)) return Impl::kEmpty;
+  const auto t = static_cast<TokenType>(impl_->types[i]);
+  if (!render_special && (t == TokenType::Control || t == TokenType::Unknown)) return {};
   return impl_->pieces[i];
 }
 
@@ -178,20 +186,29 @@ const std::string& Tokenizer::chat_template() const { return impl_->data.chat_te
 const std::string& Tokenizer::source() const { return impl_->data.source; }
 PreTokenizer Tokenizer::pre_tokenizer() const { return impl_->pre; }
 
-const std::string& Tokenizer::token_text(int32_t id) const {
+std::string_view Tokenizer::token_text(int32_t id) const {
   impl_->check_id(id);
   return impl_->data.tokens[static_cast<size_t>(id)];
 }
 
 TokenType Tokenizer::token_type(int32_t id) const {
   impl_->check_id(id);
-  return impl_->data.types[static_cast<size_t>(id)];
+  return static_cast<TokenType>(impl_->types[static_cast<size_t>(id)]);
 }
 
 std::optional<int32_t> Tokenizer::find_token(std::string_view text) const {
-  auto it = impl_->token_to_id.find(std::string(text));
-  if (it == impl_->token_to_id.end()) return std::nullopt;
-  return it->second;
+  const int32_t id = impl_->token_to_id.find(impl_->data.tokens, text);
+  if (id < 0) return std::nullopt;
+  return id;
+}
+
+size_t Tokenizer::memory_bytes() const {
+  const Impl& m = *impl_;
+  return m.data.tokens.memory_bytes() + m.data.merges.memory_bytes() +
+         m.data.types.capacity() * sizeof(TokenType) + m.data.strip.capacity() + m.types.capacity() +
+         m.pieces.memory_bytes() +
+         m.token_to_id.memory_bytes() + m.bpe->memory_bytes() + m.specials->memory_bytes() +
+         m.eog.capacity() / 8 + m.eog_list.capacity() * sizeof(int32_t);
 }
 
 }  // namespace minfer::tok

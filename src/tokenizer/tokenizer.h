@@ -37,8 +37,9 @@ class Tokenizer {
 
   /// The bytes token `id` stands for. Control and Unknown tokens give their text when
   /// render_special, else ""; Unused/Undefined tokens give "". May be a partial UTF-8
-  /// character. Throws minfer::Error for an id outside [0, n_vocab()).
-  const std::string& token_to_piece(int32_t id, bool render_special = true) const;
+  /// character. The view stays valid while the Tokenizer lives. Throws minfer::Error for an id
+  /// outside [0, n_vocab()).
+  std::string_view token_to_piece(int32_t id, bool render_special = true) const;
 
   /// Concatenated pieces of `ids` (raw bytes, not checked for UTF-8).
   std::string decode(std::span<const int32_t> ids, bool render_special = true) const;
@@ -59,12 +60,19 @@ class Tokenizer {
   const std::string& source() const;
   PreTokenizer pre_tokenizer() const;
 
-  /// Token text as stored in the vocabulary (byte-level alphabet for Normal tokens).
-  const std::string& token_text(int32_t id) const;
+  /// Token text as stored in the vocabulary (byte-level alphabet for Normal tokens). The view
+  /// stays valid while the Tokenizer lives. Throws minfer::Error for an id outside the vocabulary.
+  std::string_view token_text(int32_t id) const;
   /// Type after llama.cpp's adjustments (EOG/FIM tokens found by text become Control).
   TokenType token_type(int32_t id) const;
   /// Id of the token whose stored text is `text`, if any.
   std::optional<int32_t> find_token(std::string_view text) const;
+
+  /// Heap bytes of the lookup tables built at construction: token texts, pieces, token types,
+  /// the text -> id index, the merge table and the special-token matcher (container
+  /// capacities, not counting allocator overhead). The BPE word cache is not included: it
+  /// grows with use, up to a fixed number of entries.
+  size_t memory_bytes() const;
 
   /// The same as encode() but without the word cache (tests).
   std::vector<int32_t> encode_uncached(std::string_view text, bool add_special, bool parse_special) const;

@@ -1,8 +1,7 @@
 #include "tokenizer/vocab.h"
 
-#include <unordered_map>
-
 #include "core/error.h"
+#include "tokenizer/token_index.h"
 
 namespace minfer::tok {
 
@@ -29,12 +28,12 @@ void validate_vocab(const VocabData& d) {
         d.types.size(), d.tokens.size());
   MINFER_CHECK(d.strip.empty() || d.strip.size() == d.tokens.size(), "{}: {} strip flags for {} tokens",
         d.source, d.strip.size(), d.tokens.size());
-  std::unordered_map<std::string_view, size_t> seen;
-  seen.reserve(d.tokens.size());
+  TokenIndex seen;
+  seen.reset(d.tokens.size());
   for (size_t i = 0; i < d.tokens.size(); ++i) {
     MINFER_CHECK(!d.tokens[i].empty(), "{}: token {} has empty text", d.source, i);
-    auto [it, fresh] = seen.emplace(d.tokens[i], i);
-    MINFER_CHECK(fresh, "{}: tokens {} and {} have the same text '{}'", d.source, it->second, i, d.tokens[i]);
+    const int32_t earlier = seen.insert(d.tokens, static_cast<int32_t>(i));
+    MINFER_CHECK(earlier < 0, "{}: tokens {} and {} have the same text '{}'", d.source, earlier, i, d.tokens[i]);
     const auto t = static_cast<int32_t>(d.types[i]);
     MINFER_CHECK(t >= 0 && t <= 6, "{}: token {} ('{}') has unknown type {}", d.source, i, d.tokens[i], t);
   }

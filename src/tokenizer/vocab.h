@@ -8,6 +8,9 @@
 #include <utility>
 #include <vector>
 
+#include "tokenizer/merge_list.h"
+#include "tokenizer/string_table.h"
+
 namespace minfer::gguf {
 class GgufFile;
 }
@@ -45,12 +48,12 @@ struct VocabData {
   std::string source;  ///< file the data came from (for error messages)
   std::string model = "gpt2";      ///< tokenizer.ggml.model; only "gpt2" (byte-level BPE) is supported
   std::string pre = "qwen2";       ///< tokenizer.ggml.pre
-  std::vector<std::string> tokens;  ///< token text by id; Normal tokens in the byte-level alphabet
+  StringTable tokens;               ///< token text by id; Normal tokens in the byte-level alphabet
   std::vector<TokenType> types;     ///< same length as tokens
   std::vector<uint8_t> strip;       ///< TokenStrip flags by id; empty = none
   /// Merges in rank order (rank = index): each is (left, right) token texts, and left+right is a
   /// token too.
-  std::vector<std::pair<std::string, std::string>> merges;
+  MergeList merges;
   int32_t bos_id = -1, eos_id = -1, eot_id = -1, eom_id = -1, pad_id = -1, unk_id = -1;  ///< -1 = none
   bool add_bos = false;  ///< encode(add_special=true) puts bos_id first
   bool add_eos = false;  ///< encode(add_special=true) puts eos_id last

@@ -30,7 +30,10 @@ VocabData vocab_from_gguf(const gguf::GgufFile& f) {
 
   const auto tokens = f.get_string_array("tokenizer.ggml.tokens");
   MINFER_CHECK(tokens.has_value(), "{}: missing metadata key tokenizer.ggml.tokens", f.path());
-  d.tokens.assign(tokens->begin(), tokens->end());
+  size_t token_bytes = 0;
+  for (std::string_view t : *tokens) token_bytes += t.size();
+  d.tokens.reserve(tokens->size(), token_bytes);
+  for (std::string_view t : *tokens) d.tokens.push_back(t);
 
   if (auto types = f.get_i32_array("tokenizer.ggml.token_type")) {
     MINFER_CHECK(types->size() == d.tokens.size(),
@@ -49,7 +52,9 @@ VocabData vocab_from_gguf(const gguf::GgufFile& f) {
 
   const auto merges = f.get_string_array("tokenizer.ggml.merges");
   MINFER_CHECK(merges.has_value(), "{}: missing metadata key tokenizer.ggml.merges", f.path());
-  d.merges.reserve(merges->size());
+  size_t merge_bytes = 0;
+  for (std::string_view m : *merges) merge_bytes += m.size();
+  d.merges.reserve(merges->size(), merge_bytes);  // a little more than needed: no spaces kept
   for (size_t i = 0; i < merges->size(); ++i) {
     const std::string_view m = (*merges)[i];
     // "left right": split at the first space after the first byte (token texts in the
@@ -57,7 +62,7 @@ VocabData vocab_from_gguf(const gguf::GgufFile& f) {
     const size_t sp = m.size() > 1 ? m.find(' ', 1) : std::string_view::npos;
     MINFER_CHECK(sp != std::string_view::npos && sp + 1 < m.size(),
           "{}: tokenizer.ggml.merges[{}] = '{}' is not of the form 'left right'", f.path(), i, m);
-    d.merges.emplace_back(std::string(m.substr(0, sp)), std::string(m.substr(sp + 1)));
+    d.merges.emplace_back(m.substr(0, sp), m.substr(sp + 1));
   }
 
   d.bos_id = optional_id(f, "tokenizer.ggml.bos_token_id");

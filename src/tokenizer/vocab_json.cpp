@@ -155,14 +155,14 @@ VocabData vocab_from_tokenizer_json(const std::string& path) {
   }
   MINFER_CHECK(max_id >= 0, "{}: the vocabulary is empty", path);
   const auto n = static_cast<size_t>(max_id + 1);
-  d.tokens.assign(n, std::string());
+  d.tokens.resize(n);
   d.types.assign(n, TokenType::Normal);
   d.strip.assign(n, kStripNone);
   std::vector<bool> filled(n, false);
   for (auto& [text, id] : entries) {
     const auto u = static_cast<size_t>(id);
     MINFER_CHECK(!filled[u], "{}: model.vocab gives id {} to both '{}' and '{}'", path, id, d.tokens[u], text);
-    d.tokens[u] = std::move(text);
+    d.tokens.set(u, text);
     filled[u] = true;
   }
   for (auto& a : added) {
@@ -170,7 +170,7 @@ VocabData vocab_from_tokenizer_json(const std::string& path) {
     MINFER_CHECK(!filled[u] || d.tokens[u] == a.text,
           "{}: added token '{}' has id {}, which model.vocab gives to '{}'", path, a.text, a.id,
           d.tokens[u]);
-    d.tokens[u] = a.text;
+    d.tokens.set(u, a.text);
     d.types[u] = a.special ? TokenType::Control : TokenType::UserDefined;
     d.strip[u] = static_cast<uint8_t>((a.lstrip ? kStripLeft : 0) | (a.rstrip ? kStripRight : 0));
     filled[u] = true;
@@ -201,7 +201,7 @@ VocabData vocab_from_tokenizer_json(const std::string& path) {
   if (std::filesystem::exists(config)) {
     std::unordered_map<std::string, int32_t> ids;
     ids.reserve(n);
-    for (size_t i = 0; i < n; ++i) ids.emplace(d.tokens[i], static_cast<int32_t>(i));
+    for (size_t i = 0; i < n; ++i) ids.emplace(std::string(d.tokens[i]), static_cast<int32_t>(i));
     read_config(d, config.string(), ids);
   }
   validate_vocab(d);

@@ -41,8 +41,12 @@ bool ends_with(const std::string& s, std::string_view suffix) {
 
 tok::Tokenizer load_tokenizer(const std::string& path) {
   if (ends_with(path, ".json")) return tok::Tokenizer(tok::vocab_from_tokenizer_json(path));
-  const auto file = gguf::GgufFile::open(path);
-  return tok::Tokenizer(tok::vocab_from_gguf(*file));
+  tok::VocabData vocab;
+  {
+    const auto file = gguf::GgufFile::open(path);
+    vocab = tok::vocab_from_gguf(*file);
+  }  // the file (its metadata index and mapped pages) is closed before the tables are built
+  return tok::Tokenizer(std::move(vocab));
 }
 
 std::string read_all(std::istream& in) {
@@ -99,8 +103,8 @@ void run(const TokenizeOptions& o) {
     chat::ChatOptions opt;
     opt.add_generation_prompt = true;
     opt.enable_thinking = !o.no_think;
-    if (tokenizer.bos() >= 0) opt.bos_token = tokenizer.token_text(tokenizer.bos());
-    if (tokenizer.eos() >= 0) opt.eos_token = tokenizer.token_text(tokenizer.eos());
+    if (tokenizer.bos() >= 0) opt.bos_token = std::string(tokenizer.token_text(tokenizer.bos()));
+    if (tokenizer.eos() >= 0) opt.eos_token = std::string(tokenizer.token_text(tokenizer.eos()));
     text = chat::ChatTemplate(source).render(messages, opt);
     parse_special = true;  // the template's <|im_start|> etc. are meant as tokens
     if (o.print_prompt) {
