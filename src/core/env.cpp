@@ -20,6 +20,8 @@ constexpr std::array kTable = {
            "tuning: KV cells per range of the CUDA decode attention (0: chosen from the window and the SM count)"},
     EnvVar{"MINFER_CUDA_FAIL_LAUNCH", "",
            "test only: make the CUDA launch whose site name matches this value fail (failure injection)"},
+    EnvVar{"MINFER_CUDA_NO_FLASH_ATTN", "0",
+           "1: CUDA prefill attention (nt > 8) uses the split-K kernel instead of the flash kernel (A/B, fallback)"},
     EnvVar{"MINFER_CUDA_PROFILE", "0",
            "1: time every CUDA node with events (direct launches, no graphs); print a table per op class at exit"},
     EnvVar{"MINFER_DISABLE_CUDA", "0", "1: behave as if no CUDA device were present"},

@@ -43,6 +43,7 @@ std::vector<TensorType> matrix_types(int64_t k) {
 
 CudaBackend::CudaBackend() : ctx_(CudaContext::instance()) {
   attn_chunk_ = env_int("MINFER_CUDA_ATTN_CHUNK", 0);  // before anything is allocated
+  flash_attn_ = !env_flag("MINFER_CUDA_NO_FLASH_ATTN");
   if (attn_chunk_ < 0) fail("environment variable MINFER_CUDA_ATTN_CHUNK={} must be 0 (auto) or a cell count", attn_chunk_);
   check_latched("creating a CUDA backend");
   cudaError_t e = cudaSetDevice(ctx_.info().device);
