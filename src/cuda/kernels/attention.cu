@@ -106,6 +106,7 @@ __global__ void __launch_bounds__(kAttnThreads) attn_split_kernel(SplitParams p)
           sum = __fadd_rn(sum, pr);
         }
         sum = warp_sum(sum);
+        __syncwarp();  // every lane has read m_s[g] / l_s[g] before lane 0 rewrites them
         if (lane == 0) {
           const float alpha = (m_old == m_new) ? 1.0f : exp_rn(__fsub_rn(m_old, m_new));
           alpha_s[g] = alpha;
