@@ -5,9 +5,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh
 jobs=$(nproc)
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DMINFER_WERROR=ON
+# Tests and benchmarks on explicitly: the set-up command configures the same build/ without
+# them, and CMake would keep those cached values.
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DMINFER_WERROR=ON -DMINFER_BUILD_TESTS=ON \
+  -DMINFER_BUILD_BENCH=ON
 cmake --build build -j"$jobs"
-ctest --test-dir build --output-on-failure -j"$jobs"
+# --no-tests=error: a build that produced no tests is a failure, never an empty success.
+ctest --test-dir build --output-on-failure --no-tests=error -j"$jobs"
 
 # Fuzz the GGUF reader for a minute when clang is installed (docs/fuzzing.md); a finding fails
 # the script.
