@@ -37,16 +37,25 @@ Result sh(const std::string& cmd) {
 
 size_t lines(const std::string& s) { return static_cast<size_t>(std::count(s.begin(), s.end(), '\n')); }
 
-/// One tiny model with a tokenizer, written once per test binary run.
-const std::string& model() {
-  static const std::string path = [] {
-    // One folder per process: ctest runs the tests of this file in parallel processes.
-    const auto dir = std::filesystem::temp_directory_path() /
-                     ("minfer_test_cli_limits_model_" + std::to_string(::getpid()));
+/// One tiny model with a tokenizer, written once per test process (ctest runs the tests of
+/// this file in parallel processes, so the folder is named by the process id) and removed at exit.
+struct ModelDir {
+  std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                              ("minfer_test_cli_limits_model_" + std::to_string(::getpid()));
+  std::string path;
+  ModelDir() {
     std::filesystem::create_directories(dir);
-    return test::write_tokenized_model(test::SynthSpec{}, dir, 300).string();
-  }();
-  return path;
+    path = test::write_tokenized_model(test::SynthSpec{}, dir, 300).string();
+  }
+  ~ModelDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+};
+
+const std::string& model() {
+  static const ModelDir m;
+  return m.path;
 }
 
 /// Runs `args` and expects exit status 1 with exactly one line containing `message`.
