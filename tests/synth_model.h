@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -35,6 +36,7 @@ struct SynthSpec {
   uint32_t seed = 1;
   std::string omit_tensor;         ///< leave this tensor out (error tests)
   std::string wrong_shape_tensor;  ///< give this tensor one extra row (error tests)
+  std::function<void(gguf::GgufWriter&)> extra_metadata;  ///< adds keys after the hyper-parameters
 };
 
 /// Writes the model to `dir`/synth-<arch>-<type>.gguf and returns the path.
@@ -55,6 +57,7 @@ inline std::filesystem::path write_synth_model(const SynthSpec& s, const std::fi
     w.set_u32(a + ".attention.key_length", static_cast<uint32_t>(s.head_dim));
     w.set_u32(a + ".attention.value_length", static_cast<uint32_t>(s.head_dim));
   }
+  if (s.extra_metadata) s.extra_metadata(w);
 
   std::mt19937 rng(s.seed);
   // f32 values of a tensor; `sigma` the spread, `mean` added (norm weights sit around 1).

@@ -330,6 +330,25 @@ TEST(SynthCommand, writes_a_model_that_loads) {
   EXPECT_EQ(Model::load(out.string())->weight("blk.0.attn_q.weight").type, TensorType::F16);
 }
 
+TEST(SynthCommand, refuses_to_overwrite_its_vocab_file_by_path_symlink_or_hard_link) {
+  MINFER_REQUIRE_SHARED(kVocab);
+  const ScratchDir scratch;
+  const auto& dir = scratch.path;
+  const auto vocab = dir / "vocab.gguf";
+  std::filesystem::copy_file(test::shared_path(kVocab), vocab);
+  std::filesystem::create_symlink(vocab, dir / "link.gguf");
+  std::filesystem::create_hard_link(vocab, dir / "hard.gguf");
+  const auto before = test::read_bytes(vocab);
+  for (const std::string& out : {vocab.string(), (dir / "." / "vocab.gguf").string(),
+                                (dir / "link.gguf").string(), (dir / "hard.gguf").string()}) {
+    const CmdResult r = run_cmd("synth --arch qwen2 --preset tiny --type q8_0 --vocab " + vocab.string() + " -o " + out);
+    EXPECT_EQ(r.exit_code, 1) << out << "\n" << r.out;
+    EXPECT_CONTAINS(r.out, out + ": the output would overwrite the input " + vocab.string());
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  }
+  EXPECT_TRUE(test::read_bytes(vocab) == before);
+}
+
 TEST(SynthCommand, bad_inputs_give_one_line_errors_naming_the_value) {
   MINFER_REQUIRE_SHARED(kVocab);
   const ScratchDir scratch;

@@ -1,6 +1,7 @@
 #include "convert/model_writer.h"
 
 #include <cstring>
+#include <filesystem>
 #include <memory>
 
 #include "core/error.h"
@@ -8,6 +9,12 @@
 #include "core/thread_pool.h"
 
 namespace minfer::convert {
+
+void check_not_overwriting(const std::string& output, const std::string& input) {
+  std::error_code ec;
+  const bool same = std::filesystem::exists(output, ec) && std::filesystem::equivalent(input, output, ec);
+  MINFER_CHECK(!same, "{}: the output would overwrite the input {}", output, input);
+}
 
 void write_model(gguf::GgufWriter& w, std::vector<TensorJob> jobs, const std::string& path,
                  int n_threads, bool progress, const std::string& label) {

@@ -32,4 +32,9 @@ struct TensorJob {
 void write_model(gguf::GgufWriter& w, std::vector<TensorJob> jobs, const std::string& path,
                  int n_threads, bool progress, const std::string& label);
 
+/// Throws minfer::Error "<output>: the output would overwrite the input <input>" when `output`
+/// names the same file as `input` (same path, another spelling of it, a symlink or a hard link
+/// to it). A missing output is fine.
+void check_not_overwriting(const std::string& output, const std::string& input);
+
 }  // namespace minfer::convert

@@ -42,16 +42,10 @@ uint64_t tensor_bytes(TensorType type, const std::vector<int64_t>& ne) {
   return static_cast<uint64_t>(n / bs) * bb;
 }
 
-bool same_file(const std::string& a, const std::string& b) {
-  std::error_code ec;
-  return std::filesystem::exists(b, ec) && std::filesystem::equivalent(a, b, ec);
-}
-
 }  // namespace
 
 QuantizeReport quantize_model(const QuantizeOptions& opt) {
-  MINFER_CHECK(!same_file(opt.input, opt.output), "{}: the output would overwrite the input {}",
-        opt.output, opt.input);
+  check_not_overwriting(opt.output, opt.input);
   const auto in = gguf::GgufFile::open(opt.input);
   if (auto n = in->get_u32("split.count"); n && *n > 1)
     fail("{}: split GGUF files ({} parts) are not supported; merge them first", opt.input, *n);

@@ -123,6 +123,7 @@ SynthReport synth_model(const SynthOptions& opt) {
   SynthReport rep;
   const SynthPreset& p = find_synth_preset(opt.arch, opt.preset);
   rep.preset = &p;
+  check_not_overwriting(opt.output, opt.vocab);
 
   gguf::GgufWriter w;
   add_hparams(w, p, opt.seed);

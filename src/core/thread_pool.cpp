@@ -4,6 +4,7 @@
 
 #include "core/env.h"
 #include "core/error.h"
+#include "core/log.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -92,6 +93,19 @@ int default_thread_count() {
   if (v > 0) return static_cast<int>(std::min<int64_t>(v, 1024));
   const unsigned hw = std::thread::hardware_concurrency();
   return hw == 0 ? 1 : static_cast<int>(hw);
+}
+
+int resolve_thread_count(int64_t requested, std::string_view option) {
+  if (requested < 0) fail("{} {} must be positive (or 0 for the default)", option, requested);
+  const unsigned hw_raw = std::thread::hardware_concurrency();
+  const int64_t hw = hw_raw == 0 ? 1 : static_cast<int64_t>(hw_raw);
+  const int64_t n = requested == 0 ? default_thread_count() : requested;
+  if (n > hw) {
+    log_warn("{} {} exceeds the {} hardware threads of this machine; using {}",
+             requested == 0 ? std::string_view("MINFER_THREADS") : option, n, hw, hw);
+    return static_cast<int>(hw);
+  }
+  return static_cast<int>(n);
 }
 
 }  // namespace minfer

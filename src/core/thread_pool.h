@@ -8,6 +8,7 @@
 #include <exception>
 #include <functional>
 #include <mutex>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -62,5 +63,12 @@ class ThreadPool {
 
 /// Default thread count: MINFER_THREADS if set, else the number of online cores.
 int default_thread_count();
+
+/// The thread count a command uses for a user's request `requested` given with `option` (e.g.
+/// "-t"): 0 means default_thread_count(); a count above the machine's hardware threads
+/// (std::thread::hardware_concurrency) is lowered to that number with one warning on stderr,
+/// because spinning workers that share cores make every parallel step wait for descheduled
+/// threads. Throws minfer::Error "<option> <n> must be positive ..." for a negative count.
+int resolve_thread_count(int64_t requested, std::string_view option);
 
 }  // namespace minfer

@@ -1,10 +1,14 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "core/log.h"
 #include "core/progress.h"
+#include "quant/quant.h"
 #include "cpu/cpu_backend.h"
 
 namespace minfer {
@@ -26,6 +30,40 @@ Batch Batch::sequence(std::span<const int32_t> tokens, int32_t start, int32_t se
   return b;
 }
 
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+/// Bytes of host memory (physical pages x page size), or 0 when the OS does not say.
+double host_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
+}
+
+/// "context N needs X GiB of KV cache (L layers x 2 (K, V) x N cells x B bytes per <type> row)".
+std::string kv_need(int64_t n_ctx, int64_t n_layer, int64_t kv_dim, TensorType type, double bytes) {
+  return fmt::format("context {} (-c) needs {:.1f} GiB of KV cache ({} layers x 2 (K, V) x {} cells x {} bytes per {} row of {})",
+                     n_ctx, bytes / kGiB, n_layer, n_ctx, row_bytes(type, kv_dim), type_name(type), kv_dim);
+}
+
+/// Refuses a context whose KV cache cannot be addressed or cannot fit in host memory, before
+/// anything is allocated (the product is computed in double: no integer overflow).
+void check_context_fits(const HParams& h, int64_t n_ctx, TensorType type, graph::BackendKind device) {
+  if (n_ctx > std::numeric_limits<int32_t>::max())
+    fail("context size {} (-c) is larger than the largest position {}", n_ctx, std::numeric_limits<int32_t>::max());
+  if (type != TensorType::F32 && type != TensorType::F16 && type != TensorType::Q8_0) return;  // KvCache names it
+  if (h.n_layer <= 0 || h.kv_dim() <= 0) return;  // KvCache names the geometry
+  const double bytes = 2.0 * static_cast<double>(h.n_layer) * static_cast<double>(n_ctx) *
+                       static_cast<double>(row_bytes(type, h.kv_dim()));
+  const double host = host_memory_bytes();
+  if (device == BackendKind::Cpu && host > 0 && bytes > host)
+    fail("{}, more than the {:.1f} GiB of memory of this machine; lower -c", kv_need(n_ctx, h.n_layer, h.kv_dim(), type, bytes),
+         host / kGiB);
+}
+
+}  // namespace
+
 graph::BackendKind parse_device(std::string_view name) {
   if (name == "cpu") return BackendKind::Cpu;
   if (name == "cuda" || name == "gpu") return BackendKind::Cuda;
@@ -36,10 +74,11 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineConfig& config)
     : model_(std::move(model)), cfg_(config) {
   const HParams& h = model_->hparams();
   if (cfg_.n_ctx <= 0) cfg_.n_ctx = std::min<int64_t>(h.n_ctx_train, 4096);
-  if (cfg_.n_ctx > h.n_ctx_train)
-    log_warn("context size {} exceeds the model's training context {}", cfg_.n_ctx, h.n_ctx_train);
   if (cfg_.n_ubatch <= 0) fail("ubatch size {} must be positive", cfg_.n_ubatch);
   if (cfg_.kv_window_granule <= 0) fail("KV window granule must be positive");
+  check_context_fits(h, cfg_.n_ctx, cfg_.kv_type, cfg_.device);
+  if (cfg_.n_ctx > h.n_ctx_train)
+    log_warn("context size {} exceeds the model's training context {}", cfg_.n_ctx, h.n_ctx_train);
   backends_[0] = create_backend(BackendKind::Cpu, cfg_.n_threads);
   if (cfg_.device == BackendKind::Cuda) backends_[1] = create_backend(BackendKind::Cuda, cfg_.n_threads);
   // Weights go to the engine's backend once (CUDA: upload; CPU: packed copies), with progress
@@ -53,7 +92,17 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineConfig& config)
     bar.advance(w.nbytes);
   }
   bar.finish();
-  kv_ = std::make_unique<KvCache>(backend(), h.n_layer, h.kv_dim(), cfg_.n_ctx, cfg_.kv_type);
+  try {
+    kv_ = std::make_unique<KvCache>(backend(), h.n_layer, h.kv_dim(), cfg_.n_ctx, cfg_.kv_type);
+  } catch (const OutOfMemoryError& e) {
+    const double bytes = 2.0 * static_cast<double>(h.n_layer) * static_cast<double>(cfg_.n_ctx) *
+                         static_cast<double>(row_bytes(cfg_.kv_type, h.kv_dim()));
+    throw OutOfMemoryError(fmt::format("{}: {}; lower -c", kv_need(cfg_.n_ctx, h.n_layer, h.kv_dim(), cfg_.kv_type, bytes), e.what()));
+  } catch (const std::bad_alloc&) {
+    const double bytes = 2.0 * static_cast<double>(h.n_layer) * static_cast<double>(cfg_.n_ctx) *
+                         static_cast<double>(row_bytes(cfg_.kv_type, h.kv_dim()));
+    throw OutOfMemoryError(fmt::format("{}: out of memory; lower -c", kv_need(cfg_.n_ctx, h.n_layer, h.kv_dim(), cfg_.kv_type, bytes)));
+  }
 }
 
 Engine::~Engine() {

@@ -79,6 +79,9 @@ std::string Session::generate(std::span<const int32_t> prompt, Sampler& sampler,
       st.stop_reason = "length";
       break;
     }
+    // A padded embedding (more rows than the tokenizer has tokens; Model::from_file refuses
+    // fewer) never yields an id the tokenizer cannot decode: only its ids are candidates.
+    if (logits.size() > static_cast<size_t>(tok_.n_vocab())) logits.resize(static_cast<size_t>(tok_.n_vocab()));
     const int32_t id = sampler.sample(logits, history);
     if (opt.stop_at_eog && tok_.is_eog(id)) {
       st.stop_reason = "eog";

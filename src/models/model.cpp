@@ -27,8 +27,14 @@ std::shared_ptr<Model> Model::from_file(std::unique_ptr<gguf::GgufFile> file) {
   m->index_weights();
   m->read_hparams();
   m->check_tensors();
-  if (m->file_->find("tokenizer.ggml.tokens") != nullptr)
+  if (m->file_->find("tokenizer.ggml.tokens") != nullptr) {
     m->tokenizer_ = std::make_unique<tok::Tokenizer>(tok::vocab_from_gguf(*m->file_));
+    // Every token id must have an embedding row. More rows than tokens (a vocabulary padded
+    // for alignment) is fine: generation samples only the tokenizer's ids.
+    if (m->tokenizer_->n_vocab() > m->hp_.n_vocab)
+      fail("{}: tensor token_embd.weight has {} rows, fewer than the {} tokens of tokenizer.ggml.tokens",
+           m->file_->path(), m->hp_.n_vocab, m->tokenizer_->n_vocab());
+  }
   return m;
 }
 
@@ -90,9 +96,28 @@ void Model::read_hparams() {
   if (auto v = f.get_f32(key("attention.layer_norm_rms_epsilon"))) hp_.rms_eps = *v;
   if (!(hp_.rms_eps > 0.0f) || !(hp_.rms_eps < 1.0f))
     fail("{}: {} = {} is out of range", f.path(), key("attention.layer_norm_rms_epsilon"), hp_.rms_eps);
+  check_unsupported_hparams();
   const graph::WeightTensor& embd = weight("token_embd.weight");
   hp_.n_vocab = embd.ne[1];
   hp_.tied_output = find_weight("output.weight") == nullptr;
+}
+
+void Model::check_unsupported_hparams() const {
+  // Keys llama.cpp's loader reads for these architectures that change the arithmetic (key
+  // names: llama.cpp src/llama-arch.cpp LLM_KV_ROPE_SCALING_TYPE, LLM_KV_EXPERT_COUNT,
+  // LLM_KV_ATTENTION_SLIDING_WINDOW). minfer implements none of them, so a file that asks for
+  // one is refused rather than run with different maths.
+  const gguf::GgufFile& f = *file_;
+  const auto key = [&](const char* suffix) { return hp_.arch_name + "." + suffix; };
+  if (auto v = f.get_string(key("rope.scaling.type")); v && *v != "none")
+    fail("{}: metadata {} = '{}' is unsupported (minfer implements unscaled RoPE only)", f.path(),
+         key("rope.scaling.type"), *v);
+  if (auto v = f.get_u32(key("expert_count")); v && *v > 0)
+    fail("{}: metadata {} = {} is unsupported (mixture-of-experts models are not implemented)", f.path(),
+         key("expert_count"), *v);
+  if (auto v = f.get_u32(key("attention.sliding_window")); v && *v > 0 && *v < hp_.n_ctx_train)
+    fail("{}: metadata {} = {} is unsupported (sliding-window attention is not implemented; the training "
+         "context is {})", f.path(), key("attention.sliding_window"), *v, hp_.n_ctx_train);
 }
 
 const graph::WeightTensor* Model::find_weight(const std::string& name) const {

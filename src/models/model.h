@@ -81,6 +81,9 @@ class Model {
  private:
   Model() = default;
   void read_hparams();
+  /// Throws minfer::Error naming the key and value when the metadata asks for maths minfer
+  /// does not implement (RoPE scaling, experts, sliding-window attention).
+  void check_unsupported_hparams() const;
   void index_weights();
   void check_tensors() const;
 

@@ -30,8 +30,11 @@ json read_json(const std::string& path) {
   ss << in.rdbuf();
   try {
     return json::parse(ss.str());
+  } catch (const json::parse_error& e) {
+    // e.what() quotes the offending input bytes raw; the byte offset is enough to find them.
+    fail("{}: not valid JSON (syntax error at byte {}); expected a tokenizer.json", path, e.byte);
   } catch (const json::exception& e) {
-    fail("{}: not valid JSON: {}", path, e.what());
+    fail("{}: not valid JSON (nlohmann error id {})", path, e.id);
   }
 }
 

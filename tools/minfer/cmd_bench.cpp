@@ -3,11 +3,12 @@
 // tg<N>: N tokens generated one per forward pass; pg<P>,<N>: both, one timing. A warm-up run
 // comes first; each test is repeated -r times; t/s is reported as mean +- sample stddev, and
 // the JSON outputs carry every sample.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <random>
-#include <sstream>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -39,26 +40,65 @@ struct BenchArgs {
   std::vector<std::string> ngl, fa;
 };
 
-// "1,2,3" and repeated flags both give lists (llama-bench accepts both).
-std::vector<std::string> split_list(const std::vector<std::string>& in) {
+// "1,2,3" and repeated flags both give lists (llama-bench accepts both). An empty entry
+// ("8,,4", ",", "") is an error naming the option and the whole value.
+std::vector<std::string> split_list(const std::vector<std::string>& in, const char* what) {
   std::vector<std::string> out;
   for (const std::string& s : in) {
-    std::stringstream ss(s);
-    std::string item;
-    while (std::getline(ss, item, ',')) if (!item.empty()) out.push_back(item);
+    size_t begin = 0;
+    while (true) {
+      const size_t comma = s.find(',', begin);
+      const std::string item = s.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
+      if (item.empty()) fail("bench: {} value '{}' has an empty entry", what, s);
+      out.push_back(item);
+      if (comma == std::string::npos) break;
+      begin = comma + 1;
+    }
   }
   return out;
 }
 
-int64_t to_int(const std::string& s, const char* what) {
+/// `s` as an integer >= `min`; `whole` is the value the user gave (named in errors).
+int64_t to_int(const std::string& s, const char* what, int64_t min, const std::string& whole) {
+  long long v = 0;
   try {
     size_t pos = 0;
-    const long long v = std::stoll(s, &pos);
+    v = std::stoll(s, &pos);
     if (pos != s.size()) throw std::invalid_argument(s);
-    return v;
   } catch (const std::exception&) {
-    fail("bench: {} value '{}' is not an integer", what, s);
+    fail("bench: {} value '{}' is not an integer{}", what, s, whole == s ? "" : fmt::format(" (in '{}')", whole));
   }
+  if (v < min) fail("bench: {} value '{}' must be at least {}{}", what, s, min, whole == s ? "" : fmt::format(" (in '{}')", whole));
+  return v;
+}
+
+/// Every entry of a list option as an integer >= `min`.
+std::vector<int64_t> int_list(const std::vector<std::string>& in, const char* what, int64_t min) {
+  std::vector<int64_t> out;
+  for (const std::string& s : in)
+    for (const std::string& item : split_list({s}, what)) out.push_back(to_int(item, what, min, s));
+  return out;
+}
+
+/// A -pg value: exactly "P,N" (llama-bench's -pg <pp,tg>; repeat the flag for more tests).
+std::pair<int64_t, int64_t> parse_pg(const std::string& s) {
+  const size_t comma = s.find(',');
+  if (comma == std::string::npos || s.find(',', comma + 1) != std::string::npos)
+    fail("bench: -pg value '{}' must be P,N (prompt tokens, generated tokens); repeat -pg for more tests", s);
+  const int64_t p = to_int(s.substr(0, comma), "-pg", 0, s);
+  const int64_t n = to_int(s.substr(comma + 1), "-pg", 0, s);
+  if (p + n == 0) fail("bench: -pg value '{}' has no tokens to time", s);
+  return {p, n};
+}
+
+/// A CSV field in double quotes, embedded quotes doubled (RFC 4180).
+std::string csv_quote(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
 }
 
 struct Test {
@@ -191,33 +231,42 @@ void bench(const BenchArgs& a) {
   if (a.reps < 1) fail("bench: -r {} must be at least 1", a.reps);
   if (a.output != "md" && a.output != "json" && a.output != "jsonl" && a.output != "csv")
     fail("bench: output format '{}' is not one of md, json, jsonl, csv", a.output);
+  // Every value is checked before any model is loaded. A 0 in -p / -n means "no such test"
+  // (llama-bench's convention); negative counts are errors.
+  std::vector<std::pair<int64_t, int64_t>> pgs;
+  for (const std::string& s : a.pg) pgs.push_back(parse_pg(s));
+  const std::vector<int64_t> prompts = int_list(a.n_prompt, "-p", 0);
+  const std::vector<int64_t> gens = int_list(a.n_gen, "-n", 0);
   std::vector<Test> tests;
-  for (const auto& d : split_list(a.depth)) {
-    const int64_t depth = to_int(d, "-d");
-    for (const auto& p : split_list(a.n_prompt)) if (to_int(p, "-p") > 0) tests.push_back({to_int(p, "-p"), 0, depth});
-    for (const auto& n : split_list(a.n_gen)) if (to_int(n, "-n") > 0) tests.push_back({0, to_int(n, "-n"), depth});
-    for (const auto& s : split_list(a.pg)) {
-      const auto comma = s.find(',');
-      if (comma == std::string::npos) fail("bench: -pg '{}' must be P,N", s);
-      tests.push_back({to_int(s.substr(0, comma), "-pg"), to_int(s.substr(comma + 1), "-pg"), depth});
-    }
+  for (const int64_t depth : int_list(a.depth, "-d", 0)) {
+    for (const int64_t p : prompts) if (p > 0) tests.push_back({p, 0, depth});
+    for (const int64_t n : gens) if (n > 0) tests.push_back({0, n, depth});
+    for (const auto& [p, n] : pgs) tests.push_back({p, n, depth});
   }
-  const auto ctv = split_list(a.ctv.empty() ? a.ctk : a.ctv);
-  const auto ctk = split_list(a.ctk);
+  if (tests.empty()) fail("bench: no tests to run (-p and -n are all 0 and no -pg was given)");
+  const auto ctv = split_list(a.ctv.empty() ? a.ctk : a.ctv, "-ctv");
+  const auto ctk = split_list(a.ctk, "-ctk");
+  for (const auto& k : ctk) (void)parse_kv_type(k);
+  for (const auto& v : ctv) (void)parse_kv_type(v);
+  std::vector<int> thread_list;
+  for (const int64_t th : int_list(a.threads, "-t", 1)) thread_list.push_back(resolve_thread_count(th, "-t"));
+  if (thread_list.empty()) thread_list.push_back(resolve_thread_count(0, "-t"));
+  const std::vector<int64_t> batches = int_list(a.n_batch, "-b", 1);
+  const std::vector<int64_t> ubatches = int_list(a.n_ubatch, "-ub", 1);
+  const std::vector<std::string> devices = split_list(a.devices, "--device");
+  for (const auto& dev : devices) (void)parse_device(dev);
   std::vector<Config> configs;
-  std::vector<std::string> thread_list = split_list(a.threads);
-  if (thread_list.empty()) thread_list.push_back(std::to_string(default_thread_count()));
-  for (const auto& dev : split_list(a.devices))
-    for (const auto& th : thread_list)
-      for (const auto& b : split_list(a.n_batch))
-        for (const auto& ub : split_list(a.n_ubatch))
+  for (const auto& dev : devices)
+    for (const int th : thread_list)
+      for (const int64_t b : batches)
+        for (const int64_t ub : ubatches)
           for (size_t k = 0; k < ctk.size(); ++k) {
             const std::string& v = k < ctv.size() ? ctv[k] : ctv.back();
             if (v != ctk[k]) fail("bench: different K and V cache types ({} / {}) are not supported", ctk[k], v);
-            configs.push_back({dev, static_cast<int>(to_int(th, "-t")), to_int(b, "-b"), to_int(ub, "-ub"), ctk[k]});
+            configs.push_back({dev, th, b, ub, ctk[k]});
           }
   std::vector<Result> results;
-  for (const std::string& path : split_list(a.models)) {
+  for (const std::string& path : split_list(a.models, "-m")) {
     auto model = Model::load(path);
     const HParams& h = model->hparams();
     for (const Config& c : configs) {
@@ -227,7 +276,7 @@ void bench(const BenchArgs& a) {
       ec.device = parse_device(c.device);
       ec.n_threads = c.threads;
       ec.n_ctx = std::max<int64_t>(need + 1, 256);
-      ec.n_ubatch = static_cast<int32_t>(std::min(c.n_ubatch, c.n_batch));
+      ec.n_ubatch = static_cast<int32_t>(std::min({c.n_ubatch, c.n_batch, int64_t{1} << 30}));
       ec.kv_type = parse_kv_type(c.kv);
       Engine engine(model, ec);
       std::mt19937 rng(1234);
@@ -263,8 +312,8 @@ void bench(const BenchArgs& a) {
   } else if (a.output == "csv") {
     std::printf("model_filename,model_type,model_size,model_n_params,backends,n_threads,n_batch,n_ubatch,type_k,n_prompt,n_gen,n_depth,avg_ts,stddev_ts\n");
     for (const Result& r : results)
-      std::printf("\"%s\",\"%s\",%llu,%llu,%s,%d,%lld,%lld,%s,%lld,%lld,%lld,%.6f,%.6f\n", r.model_file.c_str(),
-                  r.model_type.c_str(), static_cast<unsigned long long>(r.size), static_cast<unsigned long long>(r.params),
+      std::printf("%s,%s,%llu,%llu,%s,%d,%lld,%lld,%s,%lld,%lld,%lld,%.6f,%.6f\n", csv_quote(r.model_file).c_str(),
+                  csv_quote(r.model_type).c_str(), static_cast<unsigned long long>(r.size), static_cast<unsigned long long>(r.params),
                   r.backend.c_str(), r.cfg.threads, static_cast<long long>(r.cfg.n_batch),
                   static_cast<long long>(r.cfg.n_ubatch), r.kv.c_str(), static_cast<long long>(r.t.n_prompt),
                   static_cast<long long>(r.t.n_gen), static_cast<long long>(r.t.n_depth), r.avg_ts(), r.stddev_ts());

@@ -5,6 +5,7 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "core/read_file.h"
 #include "engine/perplexity.h"
 #include "options.h"
 #include "tokenizer/tokenizer.h"
@@ -24,9 +25,8 @@ void add_perplexity_command(CLI::App& app) {
   cmd->add_option("-f,--file", a->file, "text file")->required();
   cmd->add_option("--chunks", a->chunks, "score at most this many chunks (-1: all)")->capture_default_str();
   cmd->callback([a] {
-    std::ifstream f(a->file, std::ios::binary);
-    if (!f) fail("{}: cannot open", a->file);
-    const std::string text((std::istreambuf_iterator<char>(f)), {});
+    if (a->chunks == 0 || a->chunks < -1) fail("--chunks {} must be positive, or -1 for all chunks", a->chunks);
+    const std::string text = read_file_bytes(a->file, "text file");
     LoadedModel lm = load_model(a->model);
     const tok::Tokenizer& tk = *lm.model->tokenizer();
     const std::vector<int32_t> ids = tk.encode(text, /*add_special=*/true, /*parse_special=*/false);

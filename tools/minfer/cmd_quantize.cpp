@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "convert/quantize_model.h"
 #include "core/log.h"
+#include "core/thread_pool.h"
 
 namespace minfer::cli {
 namespace {
@@ -24,7 +25,7 @@ void run(const QuantizeArgs& a) {
   opt.input = a.input;
   opt.output = a.output;
   opt.ftype = parse_file_type(a.type);  // before opening anything: a bad type fails at once
-  opt.n_threads = a.threads;
+  opt.n_threads = resolve_thread_count(a.threads, "-t");
   opt.pure = a.pure;
   const auto t0 = std::chrono::steady_clock::now();
   const convert::QuantizeReport r = convert::quantize_model(opt);

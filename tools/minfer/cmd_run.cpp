@@ -5,6 +5,7 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "core/read_file.h"
 #include "engine/generate.h"
 #include "options.h"
 #include "chat/chat.h"
@@ -30,13 +31,7 @@ struct RunArgs {
 void run(const RunArgs& a) {
   std::string prompt = a.prompt;
   if (!a.file.empty()) {
-    std::FILE* f = std::fopen(a.file.c_str(), "rb");
-    if (!f) fail("{}: cannot open the prompt file", a.file);
-    char buf[65536];
-    size_t n;
-    prompt.clear();
-    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) prompt.append(buf, n);
-    std::fclose(f);
+    prompt = read_file_bytes(a.file, "prompt file");
   } else if (prompt == "-") {
     prompt.assign(std::istreambuf_iterator<char>(std::cin), {});
   }

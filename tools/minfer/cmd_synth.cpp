@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "convert/synth.h"
 #include "core/log.h"
+#include "core/thread_pool.h"
 
 namespace minfer::cli {
 namespace {
@@ -38,7 +39,7 @@ void run(const SynthArgs& a) {
   opt.vocab = a.vocab;
   opt.output = a.output;
   opt.seed = a.seed;
-  opt.n_threads = a.threads;
+  opt.n_threads = resolve_thread_count(a.threads, "-t");
   opt.pure = a.pure;
   const auto t0 = std::chrono::steady_clock::now();
   const convert::SynthReport r = convert::synth_model(opt);

@@ -2,6 +2,7 @@
 // tokenizer of a GGUF model (or a Hugging Face tokenizer.json). TEXT defaults to standard
 // input. --chat renders TEXT as a user message through the model's chat template first.
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -13,6 +14,7 @@
 #include "chat/chat.h"
 #include "commands.h"
 #include "core/error.h"
+#include "core/read_file.h"
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
@@ -84,9 +86,9 @@ std::string display(std::string_view piece) {
 
 std::string template_source(const std::string& value) {
   if (value.empty() || value == chat::kChatmlName) return value;
-  std::ifstream in(value, std::ios::binary);
-  MINFER_CHECK(static_cast<bool>(in), "--chat-template {}: neither 'chatml' nor a readable template file", value);
-  return read_all(in);
+  std::error_code ec;
+  MINFER_CHECK(std::filesystem::exists(value, ec), "--chat-template {}: neither 'chatml' nor a readable template file", value);
+  return read_file_bytes(value, "--chat-template");
 }
 
 void run(const TokenizeOptions& o) {

@@ -5,6 +5,7 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/thread_pool.h"
 #include "quant/quant.h"
 
 namespace minfer::cli {
@@ -21,7 +22,7 @@ void ModelArgs::add(CLI::App* cmd) {
 EngineConfig ModelArgs::engine_config() const {
   EngineConfig c;
   c.device = parse_device(device);
-  c.n_threads = threads;
+  c.n_threads = resolve_thread_count(threads, "-t");
   if (ctx < 0) fail("context size {} is negative", ctx);
   c.n_ctx = ctx;
   c.n_ubatch = ubatch;

@@ -1,0 +1,147 @@
+// `minfer` commands given out-of-range options or unusable files: each is refused with one line
+// naming the option or file and the wrong value (exit status 1), or, for a thread count above
+// the machine's, capped with a warning. Runs the built binary on a tiny tokenized model.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "gguf_test_util.h"
+#include "test_util.h"
+#include "tokenized_model.h"
+
+namespace minfer {
+namespace {
+
+struct Result {
+  int status = -1;
+  std::string out;  // stdout and stderr together
+};
+
+Result sh(const std::string& cmd) {
+  Result r;
+  FILE* p = popen(("timeout 120 " + cmd + " 2>&1").c_str(), "r");
+  if (p == nullptr) return r;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+size_t lines(const std::string& s) { return static_cast<size_t>(std::count(s.begin(), s.end(), '\n')); }
+
+/// One tiny model with a tokenizer, written once per test process (ctest runs the tests of
+/// this file in parallel processes, so the folder is named by the process id) and removed at exit.
+struct ModelDir {
+  std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                              ("minfer_test_cli_limits_model_" + std::to_string(::getpid()));
+  std::string path;
+  ModelDir() {
+    std::filesystem::create_directories(dir);
+    path = test::write_tokenized_model(test::SynthSpec{}, dir, 300).string();
+  }
+  ~ModelDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+};
+
+const std::string& model() {
+  static const ModelDir m;
+  return m.path;
+}
+
+/// Runs `args` and expects exit status 1 with exactly one line containing `message`.
+void expect_one_line_error(const std::string& args, const std::string& message) {
+  const Result r = sh(test::minfer_bin() + " " + args);
+  EXPECT_EQ(r.status, 1) << args << "\n" << r.out;
+  EXPECT_NE(r.out.find("minfer: error: "), std::string::npos) << args << "\n" << r.out;
+  EXPECT_NE(r.out.find(message), std::string::npos) << args << "\nwanted: " << message << "\ngot: " << r.out;
+  EXPECT_EQ(lines(r.out), 1u) << args << "\n" << r.out;
+}
+
+TEST(CliLimits, huge_context_is_refused_up_front_naming_c_and_the_kv_cache_size) {
+  const std::string run = "run -m " + model() + " -p hi -n 2 -t 1 ";
+  expect_one_line_error(run + "-c 2147483647", "context 2147483647 (-c) needs ");
+  expect_one_line_error(run + "-c 2147483647", "GiB of KV cache");
+  expect_one_line_error(run + "-c 4000000000", "context size 4000000000 (-c) is larger than the largest position");
+  expect_one_line_error(run + "-c 9223372036854775807", "context size 9223372036854775807 (-c) is larger");
+}
+
+TEST(CliLimits, thread_count_above_the_hardware_is_capped_with_a_warning) {
+  const Result r = sh(test::minfer_bin() + " run -m " + model() + " -p hi -n 4 --temp 0 -c 64 -t 1000");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("-t 1000 exceeds the "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("generated "), std::string::npos) << r.out;
+  expect_one_line_error("run -m " + model() + " -p hi -n 2 -t -3", "-t -3 must be positive");
+}
+
+TEST(CliLimits, bench_pg_takes_a_pair_and_reports_it) {
+  const Result r = sh(test::minfer_bin() + " bench -m " + model() + " -p 0 -n 0 -pg 8,2 -pg 4,1 -r 1 -t 1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("pp8+tg2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("pp4+tg1"), std::string::npos) << r.out;
+}
+
+TEST(CliLimits, bench_rejects_malformed_lists_naming_the_option_and_the_whole_value) {
+  const std::string bench = "bench -m " + model() + " -r 1 -t 1 ";
+  expect_one_line_error(bench + "-pg 8,x", "-pg value 'x' is not an integer (in '8,x')");
+  expect_one_line_error(bench + "-pg 8,2,3", "-pg value '8,2,3' must be P,N");
+  expect_one_line_error(bench + "-pg 8", "-pg value '8' must be P,N");
+  expect_one_line_error(bench + "-p 8,,4", "-p value '8,,4' has an empty entry");
+  expect_one_line_error(bench + "-p ,", "-p value ',' has an empty entry");
+  expect_one_line_error(bench + "-p -8", "-p value '-8' must be at least 0");
+  expect_one_line_error(bench + "-n -2", "-n value '-2' must be at least 0");
+  expect_one_line_error("bench -m " + model() + " -r 1 -t 1,0,-3", "-t value '0' must be at least 1 (in '1,0,-3')");
+  expect_one_line_error(bench + "-p 0 -n 0", "no tests to run");
+  expect_one_line_error(bench + "-b 0", "-b value '0' must be at least 1");
+  expect_one_line_error(bench + "-ub 0", "-ub value '0' must be at least 1");
+}
+
+TEST(CliLimits, bench_csv_doubles_quotes_inside_fields) {
+  const auto dir = test::temp_dir();
+  const auto odd = dir / "we\"ird.gguf";
+  std::filesystem::copy_file(model(), odd, std::filesystem::copy_options::overwrite_existing);
+  const Result r = sh(test::minfer_bin() + " bench -m '" + odd.string() + "' -p 4 -n 0 -r 1 -t 1 -o csv");
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::string want = odd.string();
+  want.replace(want.find('"'), 1, "\"\"");
+  EXPECT_NE(r.out.find("\n\"" + want + "\","), std::string::npos) << r.out;
+}
+
+TEST(CliLimits, directories_given_as_files_are_named_in_the_error) {
+  const std::string dir = test::temp_dir().string();
+  expect_one_line_error("perplexity -m " + model() + " -f " + dir, "text file " + dir + ": is a directory");
+  expect_one_line_error("run -m " + model() + " -f " + dir, "prompt file " + dir + ": is a directory");
+  expect_one_line_error("tokenize -m " + model() + " --chat --chat-template " + dir + " hi",
+                        "--chat-template " + dir + ": is a directory");
+}
+
+TEST(CliLimits, perplexity_zero_chunks_is_an_error) {
+  const auto text = test::temp_dir() / "text.txt";
+  sh("printf 'some words to score\\n' > " + text.string());
+  expect_one_line_error("perplexity -m " + model() + " -f " + text.string() + " --chunks 0",
+                        "--chunks 0 must be positive, or -1 for all chunks");
+}
+
+TEST(CliLimits, synth_vocab_that_is_not_json_names_the_file_without_raw_parser_text) {
+  const auto dir = test::temp_dir();
+  const auto txt = dir / "big.txt";
+  sh("printf 'hello\\033[2J world\\n' > " + txt.string());
+  const std::string args = "synth --arch qwen2 --preset tiny --type q8_0 --vocab " + txt.string() + " -o " +
+                           (dir / "out.gguf").string();
+  expect_one_line_error(args, txt.string() + ": not valid JSON (syntax error at byte ");
+  const Result r = sh(test::minfer_bin() + " " + args);
+  EXPECT_EQ(r.out.find("json.exception"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find('\033'), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace minfer
