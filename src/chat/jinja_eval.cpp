@@ -183,10 +183,13 @@ class Interp {
     for (const Value& x : v.as_list()) check_nesting(x, self, line, depth + 1);
   }
 
-  // a + b for strings, bounded like the output so that a loop cannot grow a string without end.
+  // a + b for strings, bounded like the output so that a loop cannot grow a string without end,
+  // and charged one work unit per KiB copied (a loop that appends to a string copies it each
+  // time, quadratic work that the iteration count alone does not bound).
   static std::string join_limited(const std::string& a, const std::string& b, int line) {
     if (a.size() + b.size() > kMaxOutputBytes)
       template_fail(line, "a string longer than {} bytes; a runaway template?", kMaxOutputBytes);
+    charge_work(static_cast<int64_t>((a.size() + b.size()) >> 10), line);
     return a + b;
   }
 

@@ -118,7 +118,8 @@ template <typename... Args>
 /// unit is one for-loop iteration (or loop-filter test) or one item made by range(). Real chat
 /// templates loop over the messages and tools (thousands of units at most); the limit stops a
 /// hostile template (nested range() loops) within seconds instead of hanging. {% set %} also
-/// charges one unit per list item and dict entry of the value it keeps (see jinja_eval.cpp).
+/// charges one unit per list item and dict entry of the value it keeps, string concatenation one
+/// per KiB of its result (see jinja_eval.cpp).
 inline constexpr int64_t kMaxWorkUnits = 2'000'000;
 
 /// Charges `units` to the render running on this thread; throws minfer::Error
