@@ -58,8 +58,12 @@ void chat(const ChatArgs& a) {
     const std::vector<int32_t> ids = tk.encode(text, true, true);
     if (static_cast<int64_t>(ids.size()) >= n_ctx) {  // reject this message, keep the session
       msgs.pop_back();
-      const bool history = msgs.size() > (a.system.empty() ? 0u : 1u);
-      if (history)
+      // Would it fit without the earlier turns? Then /reset helps; otherwise only a larger -c.
+      std::vector<chat::ChatMessage> alone(msgs.begin(), msgs.begin() + (a.system.empty() ? 0 : 1));
+      const bool has_history = msgs.size() > alone.size();
+      alone.push_back({"user", line});
+      const size_t n_alone = has_history ? tk.encode(tmpl.render(alone, copt), true, true).size() : ids.size();
+      if (static_cast<int64_t>(n_alone) < n_ctx)
         std::fprintf(stderr,
                      "minfer: message not sent: the conversation with it is %zu tokens, which does not fit "
                      "the context size %lld; send /reset to start over (or raise -c)\n",
@@ -68,7 +72,7 @@ void chat(const ChatArgs& a) {
         std::fprintf(stderr,
                      "minfer: message not sent: it is %zu tokens with the chat template, which does not fit "
                      "the context size %lld (raise it with -c)\n",
-                     ids.size(), static_cast<long long>(n_ctx));
+                     n_alone, static_cast<long long>(n_ctx));
       continue;
     }
     GenerateOptions opt;
