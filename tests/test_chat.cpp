@@ -5,7 +5,9 @@
 // is off and its removal of earlier turns' reasoning.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "chat/chat.h"
@@ -148,6 +150,53 @@ TEST(ChatErrors, AnUnrenderableTemplateSuggestsTheChatmlOverride) {
   EXPECT_THROW(select_chat_template("", "", "m.gguf"), Error);
   // Qwen2.5 raises nothing, but indexing messages[0] of an empty list is an error, not a crash.
   EXPECT_THROW(render_chat(read_template("qwen2.5-instruct.jinja"), {}, true, true), Error);
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// --chat-template is "chatml" or a template file for run, chat and tokenize alike.
+TEST(ChatTemplateOption, IsChatmlOrAReadableTemplateFile) {
+  const std::filesystem::path dir = test::temp_dir();
+  const std::string file = (dir / "override.jinja").string();
+  {
+    std::ofstream out(file, std::ios::binary);
+    out << "{% for m in messages %}[{{ m.content }}]{% endfor %}";
+  }
+  EXPECT_EQ(select_chat_template("MODEL", file, "m.gguf"), "{% for m in messages %}[{{ m.content }}]{% endfor %}");
+  EXPECT_EQ(render_chat(select_chat_template("MODEL", file, "m.gguf"), {{"user", "hi"}}, true, true), "[hi]");
+
+  const std::string missing = (dir / "no-such.jinja").string();
+  std::string e = error_of([&] { select_chat_template("MODEL", missing, "m.gguf"); });
+  EXPECT_NE(e.find("--chat-template " + missing + ": neither 'chatml' nor a readable template file"),
+            std::string::npos) << e;
+  e = error_of([&] { select_chat_template("MODEL", dir.string(), "m.gguf"); });
+  EXPECT_NE(e.find("(it is a directory)"), std::string::npos) << e;
+  // Template text given directly is not a file name: an error, not a template.
+  e = error_of([&] { select_chat_template("MODEL", "{{ 'x' }}", "m.gguf"); });
+  EXPECT_NE(e.find("neither 'chatml' nor a readable template file"), std::string::npos) << e;
+}
+
+TEST(ChatTemplateOption, ErrorsNameWhereTheTemplateCameFrom) {
+  EXPECT_EQ(chat_template_origin("", "m.gguf"), "tokenizer.chat_template of m.gguf");
+  EXPECT_EQ(chat_template_origin("t.jinja", "m.gguf"), "t.jinja");
+  std::string e = error_of([] { ChatTemplate("{% macro m() %}{% endmacro %}", "t.jinja"); });
+  EXPECT_EQ(e.rfind("t.jinja: chat template line 1: ", 0), 0u) << e;
+  e = error_of([] {
+    ChatTemplate("{{ raise_exception('nope') }}", "tokenizer.chat_template of m.gguf").render(kMultiTurn, {});
+  });
+  EXPECT_EQ(e.rfind("tokenizer.chat_template of m.gguf: chat template line 1: ", 0), 0u) << e;
+  EXPECT_NE(e.find("nope"), std::string::npos) << e;
+  std::string chain = "{{ 1";
+  for (int i = 0; i < 30000; ++i) chain += "+1";
+  e = error_of([&] { ChatTemplate(chain + " }}", "long.jinja"); });
+  EXPECT_EQ(e.rfind("long.jinja: chat template line 1: expression too long", 0), 0u) << e;
 }
 
 }  // namespace

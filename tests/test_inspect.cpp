@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <sys/wait.h>
@@ -134,6 +135,34 @@ TEST(Inspect, AMalformedFileIsAOneLineErrorWithExitCode1) {
   const RunResult missing = run("inspect " + (dir / "absent.gguf").string());
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_CONTAINS(missing.out, "absent.gguf: cannot open");
+}
+
+// File data reaches the terminal escaped: control characters (an OSC title, clear screen,
+// colours, a carriage return) and invalid UTF-8 in key names, values and error messages.
+TEST(Inspect, ControlCharactersAndInvalidUtf8FromTheFileAreEscaped) {
+  const std::string evil = "\x1b]0;pwned\x07\x1b[2J\x1b[31mEVIL\r";
+  GgufWriter w;
+  w.set_string("general.architecture", evil);
+  w.set_string("general.name", evil + "\xff\xfe");
+  w.set_u32("key\xff\x1b[2J", 1);
+  w.add_tensor_bytes("output_norm.weight", TensorType::F32, std::vector<int64_t>{64},
+                     std::vector<uint8_t>(256, 2));
+  const auto path = test::write_gguf(w, test::temp_dir(), "evil.gguf");
+  RunResult r = run("inspect " + path.string());
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(r.out.find('\x1b'), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find('\r'), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find('\xff'), std::string::npos) << r.out;
+  EXPECT_CONTAINS(r.out, "\"\\x1b]0;pwned\\x07\\x1b[2J\\x1b[31mEVIL\\r\\xff\\xfe\"");
+  EXPECT_CONTAINS(r.out, "key\\xff\\x1b[2J");
+
+  // An error that quotes the architecture value stays one escaped line.
+  r = run("run -m " + path.string() + " -p hi");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_EQ(r.out.find('\x1b'), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find('\r'), std::string::npos) << r.out;
+  EXPECT_CONTAINS(r.out, "minfer: error: ");
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
 }
 
 }  // namespace

@@ -136,5 +136,70 @@ TEST(Jinja, HostileNestingIsAnErrorNotACrash) {
   EXPECT_THROW(Template{blocks}, Error);
 }
 
+std::string chain(const std::string& head, const std::string& link, int links) {
+  std::string s = head;
+  for (int i = 0; i < links; ++i) s += link;
+  return s;
+}
+
+// Left-associative chains are built by loops in the parser, so only a bound on the tree height
+// keeps evaluation (and destruction) from recursing 30,000 levels deep and overflowing the stack.
+TEST(Jinja, LongExpressionChainsAreAnErrorNotAStackOverflow) {
+  const std::string too_deep = "too long or nested too deeply";
+  for (int links : {30000, 200000}) {
+    EXPECT_NE(error_of("{{ " + chain("1", "+1", links) + " }}").find(too_deep), std::string::npos);
+    EXPECT_NE(error_of("{{ " + chain("'a'", "~'a'", links) + " }}").find(too_deep), std::string::npos);
+    EXPECT_NE(error_of("{{ " + chain("x", ".y", links) + " }}").find(too_deep), std::string::npos);
+    EXPECT_NE(error_of("{{ " + chain("' a '", "|trim", links) + " }}").find(too_deep), std::string::npos);
+    EXPECT_NE(error_of("{{ " + chain("true", " and true", links) + " }}").find(too_deep), std::string::npos);
+    EXPECT_NE(error_of("{% set x = " + chain("1", "+1", links) + " %}").find(too_deep), std::string::npos);
+  }
+  // Chains far longer than real templates use still render.
+  EXPECT_EQ(render("{{ " + chain("1", "+1", 499) + " }}"), "500");
+  EXPECT_EQ(render("{{ " + chain("'a'", "~'a'", 499) + " }}"), std::string(500, 'a'));
+  EXPECT_EQ(render("{{ " + chain("' a '", "|trim", 400) + " }}"), "a");
+}
+
+// Values kept by set that contain themselves or nest without bound would make printing and
+// freeing them overflow the stack.
+TEST(Jinja, SelfContainingOrDeeplyNestedValuesAreAnErrorNotACrash) {
+  const std::string cycle = "{% set ns = namespace(x=none) %}{% set ns.x = ns %}{{ ns }}";
+  EXPECT_NE(error_of(cycle).find("a namespace cannot contain itself"), std::string::npos) << error_of(cycle);
+  const std::string indirect =
+      "{% set ns = namespace(x=none) %}{% set other = namespace(y=[ns]) %}{% set ns.x = other %}{{ ns }}";
+  EXPECT_NE(error_of(indirect).find("a namespace cannot contain itself"), std::string::npos) << error_of(indirect);
+  const std::string nest =
+      "{% set ns = namespace(x=[]) %}{% for i in range(900000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x|length }}";
+  EXPECT_NE(error_of(nest).find("nested more than 100 levels"), std::string::npos) << error_of(nest);
+  // Ordinary nesting is kept.
+  EXPECT_EQ(render("{% set ns = namespace(x=[]) %}{% for i in range(3) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}"),
+            "[[[[]]]]");
+}
+
+TEST(Jinja, RunawayLoopsStopAtTheWorkLimit) {
+  const std::string nested =
+      "{% for i in range(1000000) %}{% for j in range(1000000) %}{% endfor %}{% endfor %}";
+  EXPECT_NE(error_of(nested).find("too much work"), std::string::npos) << error_of(nested);
+  const std::string loop_filter = "{% for i in range(1000000) if i > 0 %}{% for j in range(1000000) if j %}"
+                                  "{% endfor %}{% endfor %}";
+  EXPECT_NE(error_of(loop_filter).find("too much work"), std::string::npos) << error_of(loop_filter);
+  // 900,000 iterations of 64 bytes: 58 MB of text, stopped at the output limit.
+  const std::string big = "{% for i in range(900000) %}" + std::string(64, 'x') + "{% endfor %}";
+  EXPECT_NE(error_of(big).find("exceeds"), std::string::npos) << error_of(big);
+  // A string grown by a loop copies it each time: the copies count as work.
+  const std::string grow = "{% set ns = namespace(s='') %}{% for i in range(200000) %}"
+                           "{% set ns.s = ns.s ~ '" + std::string(64, 'y') + "' %}{% endfor %}{{ ns.s|length }}";
+  EXPECT_NE(error_of(grow).find("too much work"), std::string::npos) << error_of(grow);
+  // One string past the limit.
+  const std::string huge = "{{ ('x' * 5000000) ~ ('y' * 5000000) }}";
+  EXPECT_NE(error_of(huge).find("a string longer than 8388608 bytes"), std::string::npos) << error_of(huge);
+  // Ordinary loops are untouched: 1000 x 100 iterations render.
+  EXPECT_EQ(render("{% for i in range(1000) %}{% for j in range(100) %}{% endfor %}{% endfor %}ok"), "ok");
+  // The limit is per render: the same Template renders again after a large render.
+  const Template t("{% for i in range(900000) %}{% endfor %}done");
+  EXPECT_EQ(t.render(from_json(nlohmann::ordered_json::object())), "done");
+  EXPECT_EQ(t.render(from_json(nlohmann::ordered_json::object())), "done");
+}
+
 }  // namespace
 }  // namespace minfer::jinja

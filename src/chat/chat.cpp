@@ -1,5 +1,9 @@
 #include "chat/chat.h"
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
 #include "chat/jinja.h"
 #include "core/error.h"
 
@@ -14,13 +18,14 @@ nlohmann::ordered_json to_json(const std::vector<ChatMessage>& messages) {
 
 }  // namespace
 
-ChatTemplate::ChatTemplate(std::string_view source) {
+ChatTemplate::ChatTemplate(std::string_view source, std::string origin) : origin_(std::move(origin)) {
   if (source == kChatmlName) return;
-  MINFER_CHECK(!source.empty(), "the chat template is empty (use --chat-template chatml for ChatML)");
+  const std::string prefix = origin_.empty() ? std::string() : origin_ + ": ";
+  MINFER_CHECK(!source.empty(), "{}the chat template is empty (use --chat-template chatml for ChatML)", prefix);
   try {
     tmpl_ = std::make_unique<jinja::Template>(source);
   } catch (const Error& e) {
-    throw Error(std::string(e.what()) + " (use --chat-template chatml to use the built-in ChatML format)");
+    throw Error(prefix + e.what() + " (use --chat-template chatml to use the built-in ChatML format)");
   }
 }
 ChatTemplate::~ChatTemplate() = default;
@@ -52,7 +57,12 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& messages, const C
   c.set("bos_token", jinja::Value(opt.bos_token));
   c.set("eos_token", jinja::Value(opt.eos_token));
   if (!opt.tools.is_null()) c.set("tools", jinja::from_json(opt.tools));
-  return tmpl_->render(ctx);
+  if (origin_.empty()) return tmpl_->render(ctx);
+  try {
+    return tmpl_->render(ctx);
+  } catch (const Error& e) {
+    throw Error(origin_ + ": " + e.what());
+  }
 }
 
 std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, const ChatOptions& opt) const {
@@ -76,10 +86,27 @@ std::string render_chat(std::string_view template_source, const std::vector<Chat
 
 std::string select_chat_template(std::string_view model_template, std::string_view override_value,
                                  std::string_view model_path) {
-  if (!override_value.empty()) return std::string(override_value);
+  if (override_value == kChatmlName) return std::string(kChatmlName);
+  if (!override_value.empty()) {
+    const std::string path(override_value);
+    std::error_code ec;
+    MINFER_CHECK(std::filesystem::is_regular_file(path, ec),
+                 "--chat-template {}: neither 'chatml' nor a readable template file{}", path,
+                 std::filesystem::is_directory(path, ec) ? " (it is a directory)" : "");
+    std::ifstream in(path, std::ios::binary);
+    MINFER_CHECK(static_cast<bool>(in), "--chat-template {}: cannot open the template file", path);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    MINFER_CHECK(!in.bad(), "--chat-template {}: error reading the template file", path);
+    return text;
+  }
   MINFER_CHECK(!model_template.empty(),
         "{}: the model has no tokenizer.chat_template; use --chat-template chatml", model_path);
   return std::string(model_template);
+}
+
+std::string chat_template_origin(std::string_view override_value, std::string_view model_path) {
+  if (override_value.empty()) return fmt::format("tokenizer.chat_template of {}", model_path);
+  return std::string(override_value);
 }
 
 }  // namespace minfer::chat

@@ -44,7 +44,9 @@ class ChatTemplate {
   /// `source` is Jinja text, or "chatml". Throws minfer::Error "chat template line N: ..."
   /// (with a hint to use --chat-template chatml) when the template uses Jinja outside the
   /// supported subset, or when `source` is empty.
-  explicit ChatTemplate(std::string_view source);
+  /// `origin` names where the text came from (a file path, or "tokenizer.chat_template of
+  /// MODEL"); when not empty, every parse and render error starts with "ORIGIN: ".
+  explicit ChatTemplate(std::string_view source, std::string origin = {});
   ~ChatTemplate();
   ChatTemplate(ChatTemplate&&) noexcept;
   ChatTemplate& operator=(ChatTemplate&&) noexcept;
@@ -59,6 +61,7 @@ class ChatTemplate {
 
  private:
   std::unique_ptr<jinja::Template> tmpl_;  // null for chatml
+  std::string origin_;
 };
 
 /// Built-in ChatML: "<|im_start|>ROLE\nCONTENT<|im_end|>\n" per message, then
@@ -70,9 +73,16 @@ std::string render_chatml(const std::vector<ChatMessage>& messages, bool add_gen
 std::string render_chat(std::string_view template_source, const std::vector<ChatMessage>& messages,
                         bool add_generation_prompt, bool enable_thinking);
 
-/// The template to use: `override_value` when not empty ("chatml" or Jinja text), else the
-/// model's template; a model without a template is an error that suggests --chat-template chatml.
+/// The template text to use (the --chat-template option of run, chat and tokenize):
+/// `override_value` "chatml" gives "chatml"; any other non-empty value is the path of a Jinja
+/// template file, whose whole content is returned; empty gives the model's template. Throws
+/// minfer::Error naming the option and path when the file cannot be read (missing, a directory),
+/// and, for a model without a template, an error that suggests --chat-template chatml.
 std::string select_chat_template(std::string_view model_template, std::string_view override_value,
                                  std::string_view model_path);
+
+/// Where select_chat_template's text comes from, for error messages: "chatml", the template
+/// file path, or "tokenizer.chat_template of MODEL_PATH".
+std::string chat_template_origin(std::string_view override_value, std::string_view model_path);
 
 }  // namespace minfer::chat

@@ -58,6 +58,7 @@ struct Expr {
   };
   K k = K::Literal;
   int line = 0;
+  int height = 1;  ///< levels in this subtree (1 for a leaf); the parser bounds it
   Value value;
   std::string name;
   bool negated = false;

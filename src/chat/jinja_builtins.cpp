@@ -304,6 +304,7 @@ Value make_globals() {
             if (l.size() >= 1000000) template_fail(a.line, "range() longer than 1000000 items");
             l.emplace_back(i);
           }
+          charge_work(static_cast<int64_t>(l.size()), a.line);
           return Value::list(std::move(l));
         }));
   m.set("raise_exception", Value::func("raise_exception", [](CallArgs& a) -> Value {

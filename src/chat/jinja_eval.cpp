@@ -11,7 +11,12 @@
 namespace minfer::jinja {
 namespace {
 
-constexpr size_t kMaxOutputBytes = 64u << 20;  // a runaway template stops with an error
+// Output limit of one render. A chat prompt this long (about 2M tokens at ~4 bytes per token)
+// fits no context window; a runaway template stops here with an error instead of filling memory
+// and handing the tokenizer tens of megabytes.
+constexpr size_t kMaxOutputBytes = 8u << 20;
+// Nesting limit of a value kept by {% set %} (chat messages are a few levels deep).
+constexpr int kMaxValueDepth = 100;
 
 enum class Flow { Normal, Break, Continue };
 
@@ -46,7 +51,8 @@ class Interp {
 
   void emit(std::string_view s, int line) {
     out += s;
-    if (out.size() > kMaxOutputBytes) template_fail(line, "output exceeds {} bytes", kMaxOutputBytes);
+    if (out.size() > kMaxOutputBytes)
+      template_fail(line, "the rendered text exceeds {} bytes; a runaway template?", kMaxOutputBytes);
   }
 
   void assign(const Node& n, const Value& v) {
@@ -75,9 +81,11 @@ class Interp {
           if (!target.is_map() || !target.as_map().is_namespace)
             template_fail(n.line, "cannot set attribute '{}' of '{}': it is not a namespace()", n.attr,
                           n.targets[0]);
+          check_nesting(v, &target.as_map(), n.line);
           target.as_map().set(n.attr, std::move(v));
           return Flow::Normal;
         }
+        check_nesting(v, nullptr, n.line);
         assign(n, v);
         return Flow::Normal;
       }
@@ -114,6 +122,7 @@ class Interp {
       ValueList kept;
       for (const Value& item : items) {
         scopes_.emplace_back();
+        charge_work(1, n.line);
         bind(item);
         const bool keep = truthy(eval(*n.cond));
         scopes_.pop_back();
@@ -129,6 +138,7 @@ class Interp {
     }
     const auto len = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < len; ++i) {
+      charge_work(1, n.line);
       scopes_.emplace_back();
       Value loop = Value::map();
       auto& m = loop.as_map();
@@ -154,6 +164,35 @@ class Interp {
     return Flow::Normal;
   }
 
+  // Values kept by {% set %} outlive the expression that made them; a loop that wraps a value
+  // in itself ({% set ns.x = [ns.x] %}) or a namespace stored in itself ({% set ns.x = ns %})
+  // would otherwise make printing, comparing and freeing it recurse without bound. Walks `v`
+  // (charging the work) and fails when it is nested more than kMaxValueDepth levels or
+  // contains `self`.
+  static void check_nesting(const Value& v, const ValueMap* self, int line, int depth = 0) {
+    if (!v.is_list() && !v.is_map()) return;
+    if (depth >= kMaxValueDepth)
+      template_fail(line, "a value nested more than {} levels deep", kMaxValueDepth);
+    if (v.is_map()) {
+      if (&v.as_map() == self) template_fail(line, "a namespace cannot contain itself");
+      charge_work(static_cast<int64_t>(v.as_map().items.size()), line);
+      for (const auto& kv : v.as_map().items) check_nesting(kv.second, self, line, depth + 1);
+      return;
+    }
+    charge_work(static_cast<int64_t>(v.as_list().size()), line);
+    for (const Value& x : v.as_list()) check_nesting(x, self, line, depth + 1);
+  }
+
+  // a + b for strings, bounded like the output so that a loop cannot grow a string without end,
+  // and charged one work unit per KiB copied (a loop that appends to a string copies it each
+  // time, quadratic work that the iteration count alone does not bound).
+  static std::string join_limited(const std::string& a, const std::string& b, int line) {
+    if (a.size() + b.size() > kMaxOutputBytes)
+      template_fail(line, "a string longer than {} bytes; a runaway template?", kMaxOutputBytes);
+    charge_work(static_cast<int64_t>((a.size() + b.size()) >> 10), line);
+    return a + b;
+  }
+
   [[noreturn]] static void undefined_error(const Value& v, int line) {
     template_fail(line, "'{}' is undefined", v.as_string().empty() ? "value" : v.as_string());
   }
@@ -163,7 +202,7 @@ class Interp {
     if (b.is_undefined()) undefined_error(b, line);
     const bool ints = a.kind() == Value::Kind::Int && b.kind() == Value::Kind::Int;
     if (op == "+") {
-      if (a.is_string() && b.is_string()) return Value(a.as_string() + b.as_string());
+      if (a.is_string() && b.is_string()) return Value(join_limited(a.as_string(), b.as_string(), line));
       if (a.is_list() && b.is_list()) {
         ValueList l = a.as_list();
         l.insert(l.end(), b.as_list().begin(), b.as_list().end());
@@ -314,7 +353,7 @@ class Interp {
         if (op == "!=") return Value(!equals(a, b));
         if (op == "in") return Value(contains(b, a, e.line));
         if (op == "notin") return Value(!contains(b, a, e.line));
-        if (op == "~") return Value(to_str(a) + to_str(b));
+        if (op == "~") return Value(join_limited(to_str(a), to_str(b), e.line));
         if (op == "<" || op == ">" || op == "<=" || op == ">=") {
           if (a.is_undefined()) undefined_error(a, e.line);
           if (b.is_undefined()) undefined_error(b, e.line);
@@ -351,6 +390,7 @@ Template::Template(Template&&) noexcept = default;
 Template& Template::operator=(Template&&) noexcept = default;
 
 std::string Template::render(const Value& context) const {
+  reset_work();
   Interp in(context);
   if (in.exec(*body_) != Flow::Normal) fail("chat template: break or continue outside a for loop");
   return std::move(in.out);

@@ -2,12 +2,19 @@
 // break/continue, generation blocks) and expressions with Jinja's precedence:
 // cond-expr < or < and < not < comparisons/in < + - < ~ < * / // % < ** < unary < postfix,
 // where filters (|) and tests (is) bind to the postfix expression.
+#include <algorithm>
+
 #include "chat/jinja_ast.h"
 
 namespace minfer::jinja {
 namespace {
 
 constexpr int kMaxDepth = 256;  // nesting limit, so a hostile template cannot exhaust the stack
+// Height limit of one expression tree. Left-associative chains (1+1+..., a~b~..., x.y.z...,
+// s|trim|trim...) are parsed by loops, not recursion, so kMaxDepth does not bound them; the
+// evaluator and the destructor recurse once per level, so the tree height is bounded here.
+// Real chat templates stay far below it (a long `~` chain has tens of terms).
+constexpr int kMaxExprHeight = 1000;
 
 class ExprParser {
  public:
@@ -54,6 +61,18 @@ class ExprParser {
   void enter() {
     if (++depth_ > kMaxDepth) template_fail(peek().line, "expression nested too deeply");
   }
+  // Sets e's height from its (already sealed) children; fails past kMaxExprHeight.
+  ExprPtr seal(ExprPtr e) {
+    int h = 0;
+    for (const auto& a : e->args)
+      if (a) h = std::max(h, a->height);
+    for (const auto& kv : e->kwargs)
+      if (kv.second) h = std::max(h, kv.second->height);
+    e->height = h + 1;
+    if (e->height > kMaxExprHeight)
+      template_fail(e->line, "expression too long or nested too deeply (more than {} levels)", kMaxExprHeight);
+    return e;
+  }
 
   ExprPtr cond_expr() {
     enter();
@@ -70,7 +89,7 @@ class ExprParser {
       e->args.push_back(std::move(test));
       e->args.push_back(std::move(body));
       e->args.push_back(std::move(other));
-      body = std::move(e);
+      body = seal(std::move(e));
     }
     --depth_;
     return body;
@@ -81,7 +100,7 @@ class ExprParser {
       auto e = make(Expr::K::Or, next().line);
       e->args.push_back(std::move(l));
       e->args.push_back(and_expr());
-      l = std::move(e);
+      l = seal(std::move(e));
     }
     return l;
   }
@@ -91,7 +110,7 @@ class ExprParser {
       auto e = make(Expr::K::And, next().line);
       e->args.push_back(std::move(l));
       e->args.push_back(not_expr());
-      l = std::move(e);
+      l = seal(std::move(e));
     }
     return l;
   }
@@ -102,7 +121,7 @@ class ExprParser {
       e->name = "not";
       e->args.push_back(not_expr());
       --depth_;
-      return e;
+      return seal(std::move(e));
     }
     return compare();
   }
@@ -129,7 +148,7 @@ class ExprParser {
       e->name = op;
       e->args.push_back(std::move(l));
       e->args.push_back(math1());
-      l = std::move(e);
+      l = seal(std::move(e));
     }
   }
   ExprPtr binary_level(ExprPtr (ExprParser::*sub)(), std::initializer_list<std::string_view> ops) {
@@ -142,7 +161,7 @@ class ExprParser {
           e->name = std::string(op);
           e->args.push_back(std::move(l));
           e->args.push_back((this->*sub)());
-          l = std::move(e);
+          l = seal(std::move(e));
           matched = true;
           break;
         }
@@ -160,7 +179,7 @@ class ExprParser {
       e->name = next().text;
       e->args.push_back(unary());
       --depth_;
-      return filters(std::move(e));
+      return filters(seal(std::move(e)));
     }
     return filters(postfix(primary()));
   }
@@ -191,7 +210,7 @@ class ExprParser {
           next();
           call_args(*f);
         }
-        e = std::move(f);
+        e = seal(std::move(f));
       } else if (is_name("is")) {
         const int line = next().line;
         auto t = make(Expr::K::Test, line);
@@ -209,7 +228,7 @@ class ExprParser {
                                                  !is_name("or") && !is_name("else") && !is_name("if"))) {
           t->args.push_back(primary());  // `is sameas x`, `is divisibleby 3`
         }
-        e = std::move(t);
+        e = seal(std::move(t));
       } else {
         return e;
       }
@@ -231,7 +250,7 @@ class ExprParser {
           a->name = expect_name();
           a->args.push_back(std::move(e));
         }
-        e = std::move(a);
+        e = seal(std::move(a));
       } else if (is_op("[")) {
         const int line = next().line;
         ExprPtr parts[3];
@@ -251,13 +270,13 @@ class ExprParser {
           if (!parts[0]) template_fail(line, "empty subscript []");
           s->args.push_back(std::move(parts[0]));
         }
-        e = std::move(s);
+        e = seal(std::move(s));
       } else if (is_op("(")) {
         const int line = next().line;
         auto c = make(Expr::K::Call, line);
         c->args.push_back(std::move(e));
         call_args(*c);
-        e = std::move(c);
+        e = seal(std::move(c));
       } else {
         return e;
       }
@@ -329,7 +348,7 @@ class ExprParser {
       template_fail(line, "unexpected '{}' in an expression", describe(t));
     }
     --depth_;
-    return e;
+    return seal(std::move(e));
   }
 
   const std::vector<Tok>& t_;

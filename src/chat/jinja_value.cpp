@@ -304,4 +304,18 @@ Value from_json(const nlohmann::ordered_json& j) {
   }
 }
 
+namespace {
+thread_local int64_t g_work_done = 0;  // per thread: renders on different threads are independent
+}  // namespace
+
+void charge_work(int64_t units, int line) {
+  g_work_done += units;
+  if (g_work_done > kMaxWorkUnits)
+    template_fail(line, "the template does too much work (more than {} loop iterations and range() items); "
+                        "it would not finish in reasonable time",
+                  kMaxWorkUnits);
+}
+
+void reset_work() { g_work_done = 0; }
+
 }  // namespace minfer::jinja

@@ -114,4 +114,19 @@ template <typename... Args>
   throw Error(fmt::format("chat template line {}: {}", line, fmt::format(f, std::forward<Args>(args)...)));
 }
 
+/// Work limit of one render: a template may do at most kMaxWorkUnits units of work, where a
+/// unit is one for-loop iteration (or loop-filter test) or one item made by range(). Real chat
+/// templates loop over the messages and tools (thousands of units at most); the limit stops a
+/// hostile template (nested range() loops) within seconds instead of hanging. {% set %} also
+/// charges one unit per list item and dict entry of the value it keeps, string concatenation one
+/// per KiB of its result (see jinja_eval.cpp).
+inline constexpr int64_t kMaxWorkUnits = 2'000'000;
+
+/// Charges `units` to the render running on this thread; throws minfer::Error
+/// "chat template line N: ..." once the total passes kMaxWorkUnits.
+void charge_work(int64_t units, int line);
+
+/// Restarts the count of charge_work (Template::render calls it first).
+void reset_work();
+
 }  // namespace minfer::jinja

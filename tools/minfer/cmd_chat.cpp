@@ -30,8 +30,10 @@ void chat(const ChatArgs& a) {
   const tok::Tokenizer& tk = *lm.model->tokenizer();
   Sampler sampler(a.sampling.params());
   Session session(*lm.engine, tk);
+  const int64_t n_ctx = lm.engine->n_ctx();
   const bool interactive = isatty(STDIN_FILENO) == 1;
-  const chat::ChatTemplate tmpl(chat::select_chat_template(tk.chat_template(), a.chat_template, a.model.model));
+  const chat::ChatTemplate tmpl(chat::select_chat_template(tk.chat_template(), a.chat_template, a.model.model),
+                                    chat::chat_template_origin(a.chat_template, a.model.model));
   const chat::ChatOptions copt = chat_options(a.think, a.no_think);
   std::vector<chat::ChatMessage> msgs;
   if (!a.system.empty()) msgs.push_back({"system", a.system});
@@ -54,6 +56,25 @@ void chat(const ChatArgs& a) {
     msgs.push_back({"user", line});
     const std::string text = tmpl.render(msgs, copt);
     const std::vector<int32_t> ids = tk.encode(text, true, true);
+    if (static_cast<int64_t>(ids.size()) >= n_ctx) {  // reject this message, keep the session
+      msgs.pop_back();
+      // Would it fit without the earlier turns? Then /reset helps; otherwise only a larger -c.
+      std::vector<chat::ChatMessage> alone(msgs.begin(), msgs.begin() + (a.system.empty() ? 0 : 1));
+      const bool has_history = msgs.size() > alone.size();
+      alone.push_back({"user", line});
+      const size_t n_alone = has_history ? tk.encode(tmpl.render(alone, copt), true, true).size() : ids.size();
+      if (static_cast<int64_t>(n_alone) < n_ctx)
+        std::fprintf(stderr,
+                     "minfer: message not sent: the conversation with it is %zu tokens, which does not fit "
+                     "the context size %lld; send /reset to start over (or raise -c)\n",
+                     ids.size(), static_cast<long long>(n_ctx));
+      else
+        std::fprintf(stderr,
+                     "minfer: message not sent: it is %zu tokens with the chat template, which does not fit "
+                     "the context size %lld (raise it with -c)\n",
+                     n_alone, static_cast<long long>(n_ctx));
+      continue;
+    }
     GenerateOptions opt;
     opt.max_tokens = a.n_predict;
     GenerateStats st;
@@ -78,7 +99,7 @@ void add_chat_command(CLI::App& app) {
   args->model.add(cmd);
   args->sampling.add(cmd);
   cmd->add_option("--system", args->system, "system prompt");
-  cmd->add_option("--chat-template", args->chat_template, "override the chat template: chatml, or a Jinja template text");
+  cmd->add_option("--chat-template", args->chat_template, "override the chat template: 'chatml' (built-in) or a Jinja template file");
   cmd->add_option("-n,--n-predict", args->n_predict, "most tokens per reply")->capture_default_str();
   cmd->add_flag("--think", args->think, "Qwen3: enable_thinking=true (the template's default when neither flag is given)");
   cmd->add_flag("--no-think", args->no_think, "Qwen3: enable_thinking=false (an empty think block)");

@@ -1,6 +1,7 @@
 // `minfer inspect FILE [--json] [--full-arrays]`: what a GGUF file holds. Version, alignment,
 // metadata (arrays summarized; long strings truncated in the text view, full in JSON), the
 // tensor table (name, type, shape in ggml order, bytes, offset), totals and a per-type summary.
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <string>
@@ -9,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "core/printable.h"
 #include "core/types.h"
 #include "gguf/gguf.h"
 
@@ -23,23 +25,13 @@ using gguf::ValueType;
 constexpr size_t kTextStringMax = 64;  // characters of a string shown in the text view
 constexpr uint64_t kHeadElements = 8;  // array elements shown (text view and JSON summary)
 
-/// A string for one line of the text view: control characters escaped, cut at `max` bytes,
-/// quoted (values) or not (keys and tensor names).
+/// A string for one line of the text view: control characters and invalid UTF-8 escaped
+/// (core/printable.h), cut at `max` bytes of the original, quoted (values, with '"' and '\\'
+/// escaped) or not (keys and tensor names).
 std::string escaped(std::string_view s, size_t max, bool quote = true) {
-  std::string out;
-  size_t k = 0;
-  for (; k < s.size() && out.size() < max; ++k) {
-    const auto c = static_cast<unsigned char>(s[k]);
-    if (c == '\n') out += "\\n";
-    else if (c == '\t') out += "\\t";
-    else if (c == '\r') out += "\\r";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\\') out += "\\\\";
-    else if (c < 0x20 || c == 0x7f) out += fmt::format("\\x{:02x}", c);
-    else out += static_cast<char>(c);
-  }
+  const std::string out = printable(s.substr(0, std::min(s.size(), max)), quote);
   std::string q = quote ? "\"" + out + "\"" : out;
-  if (k < s.size()) q += fmt::format("... ({} bytes)", s.size());
+  if (s.size() > max) q += fmt::format("... ({} bytes)", s.size());
   return q;
 }
 

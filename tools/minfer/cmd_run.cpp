@@ -42,7 +42,8 @@ void run(const RunArgs& a) {
     std::vector<chat::ChatMessage> msgs;
     if (!a.system.empty()) msgs.push_back({"system", a.system});
     msgs.push_back({"user", prompt});
-    const chat::ChatTemplate tmpl(chat::select_chat_template(tk.chat_template(), a.chat_template, a.model.model));
+    const chat::ChatTemplate tmpl(chat::select_chat_template(tk.chat_template(), a.chat_template, a.model.model),
+                                    chat::chat_template_origin(a.chat_template, a.model.model));
     text = tmpl.render(msgs, chat_options(a.think, a.no_think));
   }
   const std::vector<int32_t> ids = tk.encode(text, /*add_special=*/true, /*parse_special=*/true);
@@ -82,7 +83,7 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("-n,--n-predict", args->n_predict, "tokens to generate (-1: until the context is full)")->capture_default_str();
   cmd->add_flag("--chat", args->chat, "format the prompt with the model's chat template (one user turn)");
   cmd->add_option("--system", args->system, "system prompt (with --chat)");
-  cmd->add_option("--chat-template", args->chat_template, "override the chat template: chatml, or a Jinja template text");
+  cmd->add_option("--chat-template", args->chat_template, "override the chat template: 'chatml' (built-in) or a Jinja template file");
   cmd->add_flag("--think", args->think, "Qwen3: enable_thinking=true (the template's default when neither flag is given)");
   cmd->add_flag("--no-think", args->no_think, "Qwen3: enable_thinking=false (an empty think block)");
   cmd->add_option("--stop", args->stop, "stop string (repeatable)");

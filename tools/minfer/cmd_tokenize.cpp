@@ -84,13 +84,6 @@ std::string display(std::string_view piece) {
   return out + "'";
 }
 
-std::string template_source(const std::string& value) {
-  if (value.empty() || value == chat::kChatmlName) return value;
-  std::error_code ec;
-  MINFER_CHECK(std::filesystem::exists(value, ec), "--chat-template {}: neither 'chatml' nor a readable template file", value);
-  return read_file_bytes(value, "--chat-template");
-}
-
 void run(const TokenizeOptions& o) {
   const tok::Tokenizer tokenizer = load_tokenizer(o.model);
   std::string text = o.text;
@@ -98,7 +91,7 @@ void run(const TokenizeOptions& o) {
   bool parse_special = !o.no_special;
   if (o.chat) {
     const std::string source =
-        chat::select_chat_template(tokenizer.chat_template(), template_source(o.chat_template), o.model);
+        chat::select_chat_template(tokenizer.chat_template(), o.chat_template, o.model);
     std::vector<chat::ChatMessage> messages;
     if (!o.system.empty()) messages.push_back({"system", o.system});
     messages.push_back({"user", text});
@@ -107,7 +100,7 @@ void run(const TokenizeOptions& o) {
     opt.enable_thinking = !o.no_think;
     if (tokenizer.bos() >= 0) opt.bos_token = std::string(tokenizer.token_text(tokenizer.bos()));
     if (tokenizer.eos() >= 0) opt.eos_token = std::string(tokenizer.token_text(tokenizer.eos()));
-    text = chat::ChatTemplate(source).render(messages, opt);
+    text = chat::ChatTemplate(source, chat::chat_template_origin(o.chat_template, o.model)).render(messages, opt);
     parse_special = true;  // the template's <|im_start|> etc. are meant as tokens
     if (o.print_prompt) {
       std::fwrite(text.data(), 1, text.size(), stdout);

@@ -7,6 +7,7 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "core/printable.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"minfer: run GGUF language models (Qwen2/Qwen2.5/Qwen3) on CPUs and NVIDIA GPUs"};
@@ -35,10 +36,12 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const minfer::Error& e) {
-    std::fprintf(stderr, "minfer: error: %s\n", e.what());
+    // Messages quote file data (names, metadata, token texts): escaped so that the error stays
+    // one line and cannot drive the terminal.
+    std::fprintf(stderr, "minfer: error: %s\n", minfer::printable(e.what()).c_str());
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "minfer: error: %s\n", e.what());
+    std::fprintf(stderr, "minfer: error: %s\n", minfer::printable(e.what()).c_str());
     return 1;
   }
   return 0;

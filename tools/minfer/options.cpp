@@ -5,6 +5,7 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/printable.h"
 #include "core/thread_pool.h"
 #include "quant/quant.h"
 
@@ -77,7 +78,7 @@ LoadedModel load_model(const ModelArgs& args) {
   lm.engine = std::make_unique<Engine>(lm.model, cfg);
   const HParams& h = m.hparams();
   log_info("loaded {} ({} {}, {} params, {:.1f} MiB) on {}, context {}, KV {}",
-           h.name.empty() ? args.model : h.name, h.arch_name, size_class(m.n_params()),
+           printable(h.name.empty() ? args.model : h.name), printable(h.arch_name), size_class(m.n_params()),
            m.n_params(), static_cast<double>(m.weight_bytes()) / (1024.0 * 1024.0),
            lm.engine->backend().describe(), lm.engine->n_ctx(), type_name(cfg.kv_type));
   return lm;
