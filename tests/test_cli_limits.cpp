@@ -121,7 +121,7 @@ TEST(CliLimits, directories_given_as_files_are_named_in_the_error) {
   expect_one_line_error("perplexity -m " + model() + " -f " + dir, "text file " + dir + ": is a directory");
   expect_one_line_error("run -m " + model() + " -f " + dir, "prompt file " + dir + ": is a directory");
   expect_one_line_error("tokenize -m " + model() + " --chat --chat-template " + dir + " hi",
-                        "--chat-template " + dir + ": is a directory");
+                        "--chat-template " + dir + ": neither 'chatml' nor a readable template file (it is a directory)");
 }
 
 TEST(CliLimits, perplexity_zero_chunks_is_an_error) {
