@@ -13,27 +13,15 @@
 #include <fstream>
 #include <string>
 
+#include "cli_test_util.h"
 #include "test_util.h"
 
 namespace minfer {
 namespace {
 
-struct Result {
-  int status = -1;  // -1 also for a crash (no normal exit)
-  std::string out;  // stdout and stderr together
-};
+using Result = test::CommandResult;
 
-Result sh(const std::string& cmd) {
-  Result r;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (p == nullptr) return r;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+Result sh(const std::string& cmd) { return test::run_shell(cmd); }
 
 size_t count(const std::string& s, const std::string& what) {
   size_t n = 0;

@@ -12,28 +12,16 @@
 #include <unistd.h>
 
 #include "gguf_test_util.h"
+#include "cli_test_util.h"
 #include "test_util.h"
 #include "tokenized_model.h"
 
 namespace minfer {
 namespace {
 
-struct Result {
-  int status = -1;
-  std::string out;  // stdout and stderr together
-};
+using Result = test::CommandResult;
 
-Result sh(const std::string& cmd) {
-  Result r;
-  FILE* p = popen(("timeout 120 " + cmd + " 2>&1").c_str(), "r");
-  if (p == nullptr) return r;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+Result sh(const std::string& cmd) { return test::run_shell("timeout 120 " + cmd); }
 
 size_t lines(const std::string& s) { return static_cast<size_t>(std::count(s.begin(), s.end(), '\n')); }
 

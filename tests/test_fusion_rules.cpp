@@ -9,25 +9,14 @@
 #include <vector>
 
 #include "cpu/cpu_backend.h"
+#include "fusion_test_util.h"
 #include "graph/fusion.h"
 
 namespace minfer::graph {
 namespace {
 
-class FusesEverything : public cpu::CpuBackend {
- public:
-  FusesEverything() : CpuBackend(1) {}
-  bool supports_fused(Op) const override { return true; }
-};
-
-WeightTensor f32_weight(const std::string& name, int64_t ne0, int64_t ne1) {
-  WeightTensor w;
-  w.name = name;
-  w.type = TensorType::F32;
-  w.ne = {ne0, ne1, 1, 1};
-  w.n_dims = ne1 == 1 ? 1 : 2;
-  return w;
-}
+using test::f32_weight;
+using test::FusesEverything;
 
 struct Weights {
   WeightTensor o = f32_weight("o", 8, 8), g = f32_weight("g", 8, 16), u = f32_weight("u", 8, 16),
