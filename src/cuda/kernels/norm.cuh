@@ -14,10 +14,20 @@
 
 namespace minfer::cuda {
 
-/// Threads of the one block per row of rms_norm. The order of the double sum of squares follows
-/// from it, so the fused norm + quantize kernel (norm_quantize.cuh) uses it too: both give the
-/// same scale bit for bit.
-inline constexpr int kRmsNormThreads = 128;
+/// Most threads of the one block per row of rms_norm (and of rms_norm_quantize).
+inline constexpr int kRmsNormMaxThreads = 1024;
+
+/// Threads of the one block per row of rms_norm for rows of `len` elements: one thread per 4
+/// elements, rounded up to whole warps, in [32, kRmsNormMaxThreads]. Thread i sums elements
+/// i, i + threads, ... so the order of the double sum of squares follows from this function; the
+/// fused norm + quantize kernel (norm_quantize.cuh) uses it too, so both give the same scale bit
+/// for bit. (A decode row of 3584 elements gets 896 threads and 4 loads each: a block of 128
+/// threads needed 28 dependent load round trips, ~28 us on the H200.)
+inline int rms_norm_threads(int64_t len) {
+  const int64_t warps = (len + 127) / 128;
+  const int64_t t = 32 * (warps < 1 ? 1 : warps);
+  return static_cast<int>(t > kRmsNormMaxThreads ? kRmsNormMaxThreads : t);
+}
 
 /// x, out: `rows` rows of `len` floats; w: `len` floats. `site` names the launch ("rms_norm",
 /// "qk_norm"). Issued on `stream`; false when the launch failed.

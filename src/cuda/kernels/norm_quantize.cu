@@ -10,14 +10,11 @@
 namespace minfer::cuda {
 namespace {
 
-constexpr int kThreads = kRmsNormThreads;
-static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps");
-
-// One block per token row t. The norm's steps are rms_norm_kernel's (norm.cu) with the same
-// thread count; the normalized row goes to shared memory, then warps quantize it: Q8, 8 lanes
+// One block of rms_norm_threads(k) threads per token row t. The norm's steps are rms_norm_kernel's
+// (norm.cu) with the same thread count; the normalized row goes to shared memory, then warps quantize it: Q8, 8 lanes
 // per 32-element block; Q8K, one warp per 256-element super-block.
 template <bool kQ8K>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kRmsNormMaxThreads)
     rms_norm_quantize_kernel(const float* __restrict__ x, const float* __restrict__ w, int64_t k, float eps,
                              int8_t* __restrict__ qs, float2* __restrict__ ds, float* __restrict__ dplane,
                              int16_t* __restrict__ bsums) {
@@ -26,6 +23,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t t = blockIdx.x;
   const float* xr = x + t * k;
   double sum = 0.0;
+#pragma unroll 4
   for (int64_t i = threadIdx.x; i < k; i += blockDim.x) {
     const float v = xr[i];
     sum += static_cast<double>(__fmul_rn(v, v));
@@ -33,20 +31,21 @@ __global__ void __launch_bounds__(kThreads)
   sum = block_sum(sum, scratch);
   const float mean = static_cast<float>(sum / static_cast<double>(k));
   const float s = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+#pragma unroll 4
   for (int64_t i = threadIdx.x; i < k; i += blockDim.x) row[i] = __fmul_rn(__fmul_rn(xr[i], s), w[i]);
   __syncthreads();
 
   const int lane = static_cast<int>(threadIdx.x & 31), warp = static_cast<int>(threadIdx.x >> 5);
   if constexpr (kQ8K) {
     const int64_t nb = k / 256;
-    for (int64_t b = warp; b < nb; b += kThreads / 32)  // warp-uniform
+    for (int64_t b = warp; b < nb; b += blockDim.x / 32)  // warp-uniform
       mm::quantize_q8k_block(row + b * 256, lane, qs + t * k + b * 256, bsums + (t * nb + b) * 16,
                              dplane + t * nb + b);
   } else {
     const int64_t nb = k / 32;
     const int part = lane & 7;
     const unsigned mask = 0xFFu << (lane & 24);  // the 8 lanes of one block (uniform among them)
-    for (int64_t b = threadIdx.x >> 3; b < nb; b += kThreads / 8)
+    for (int64_t b = threadIdx.x >> 3; b < nb; b += blockDim.x / 8)
       mm::quantize_q8_block(row + b * 32, part, mask, qs + t * k + b * 32, ds + t * nb + b);
   }
 }
@@ -79,13 +78,14 @@ bool rms_norm_quantize(TensorType type, const float* x, const float* w, int64_t 
   auto* qs = reinterpret_cast<int8_t*>(base + L.qs_off);
   const size_t smem = static_cast<size_t>(k) * sizeof(float);
   const dim3 grid(static_cast<unsigned>(n));
+  const int threads = rms_norm_threads(k);
   if (kind == mm::ActKind::Q8K) {
-    rms_norm_quantize_kernel<true><<<grid, kThreads, smem, stream>>>(
+    rms_norm_quantize_kernel<true><<<grid, threads, smem, stream>>>(
         x, w, k, eps, qs, nullptr, reinterpret_cast<float*>(base + L.ds_off),
         reinterpret_cast<int16_t*>(base + L.bsums_off));
     return MINFER_LAUNCH_CHECK("rms_norm_quantize_q8k");
   }
-  rms_norm_quantize_kernel<false><<<grid, kThreads, smem, stream>>>(
+  rms_norm_quantize_kernel<false><<<grid, threads, smem, stream>>>(
       x, w, k, eps, qs, reinterpret_cast<float2*>(base + L.ds_off), nullptr, nullptr);
   return MINFER_LAUNCH_CHECK("rms_norm_quantize_q8");
 }
