@@ -342,6 +342,51 @@ TEST_P(CudaMmq, no_mmq_gate_routes_to_the_gemm_and_mmq_is_the_default) {
   }
 }
 
+TEST_P(CudaMmq, the_wide_and_narrow_token_tiles_give_the_same_bytes) {
+  // Ragged shapes for both tiles (n not a multiple of 64 or 128, m not of 128, a partial last
+  // stage), one with more tokens than the wide tile; the narrow tile is checked against the
+  // emulation by the tests above, so equality makes the wide one right as well.
+  const TensorType type = GetParam();
+  const bool kq = type_traits(type).block_size == 256;
+  struct Shape {
+    int64_t m, k, n;
+  };
+  const Shape shapes[] = {{300, kq ? 256 * 3 : 32 * 5, 200}, {129, kq ? 256 * 37 : 32 * 100, 130}, {33, kq ? 512 : 96, 300}};
+  uint64_t seed = 90;
+  for (const Shape& sh : shapes) {
+    const auto w = test::random_weights(type, sh.m, sh.k, seed++);
+    const auto x = test::random_acts(sh.k, sh.n, seed++);
+    const size_t out_bytes = static_cast<size_t>(sh.m * sh.n) * 4;
+    DeviceBuffer dw(w.size()), dx(x.size() * 4), dy(out_bytes), dy2(out_bytes);
+    DeviceBuffer dq(cuda::quantized_activation_bytes(type, sh.k, sh.n));
+    dw.upload(w.data(), w.size());
+    dx.upload(x.data(), x.size() * 4);
+    ASSERT_TRUE(cuda::quantize_activations(type, dx.as<float>(), sh.k, sh.n, dq.get(), stream_));
+    const cuda::mm::ActLayout L =
+        cuda::mm::act_layout(kq ? cuda::mm::ActKind::Q8K : cuda::mm::ActKind::Q8, sh.k, sh.n);
+    const int64_t rb = static_cast<int64_t>(row_bytes(type, sh.k));
+    dy.fill(0xFF);
+    dy2.fill(0x00);
+    ASSERT_TRUE(cuda::mm::launch_mmq(type, dw.get(), sh.m, rb, L, dq.get(), dy.as<float>(), sh.m, stream_, cuda::mm::kMmqBN));
+    ASSERT_TRUE(cuda::mm::launch_mmq(type, dw.get(), sh.m, rb, L, dq.get(), dy2.as<float>(), sh.m, stream_,
+                                     cuda::mm::kMmqWideBN));
+    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    std::vector<float> a(static_cast<size_t>(sh.m * sh.n)), b(a.size());
+    dy.download(a.data(), out_bytes);
+    dy2.download(b.data(), out_bytes);
+    size_t differ = 0, first = 0;
+    for (size_t i = 0; i < a.size(); ++i)
+      if (std::memcmp(&a[i], &b[i], 4) != 0 && differ++ == 0) first = i;
+    EXPECT_EQ(differ, 0u) << "m " << sh.m << " k " << sh.k << " n " << sh.n << ": first at row " << first % sh.m
+                          << " token " << first / sh.m << ": narrow " << a[first] << " wide " << b[first];
+  }
+  cuda::clear_launch_failure();
+  EXPECT_FALSE(cuda::mm::launch_mmq(type, nullptr, 1, 1, cuda::mm::ActLayout{}, nullptr, nullptr, 1, stream_, 96));
+  ASSERT_NE(cuda::launch_failure(), nullptr);
+  EXPECT_EQ(std::string(cuda::launch_failure()->site), "matmul_bad_args");
+  cuda::clear_launch_failure();
+}
+
 TEST_P(CudaMmq, an_injected_launch_failure_names_the_mmq_site) {
   const TensorType type = GetParam();
   const std::string site = "mmq_" + std::string(type_name(type));
@@ -372,7 +417,10 @@ TEST(CudaMmqApi, accepts_only_quantized_types_with_16_byte_aligned_weights) {
   }
   for (const TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16}) EXPECT_FALSE(cuda::mm::mmq_accepts(t, w, 100, 9));
   EXPECT_FALSE(cuda::mm::mmq_accepts(TensorType::Q4_0, w, int64_t{65536} * 128, 9));
-  EXPECT_EQ(cuda::mm::mmq_smem_optins().size(), std::size(kMmqTypes));
+  EXPECT_EQ(cuda::mm::mmq_smem_optins().size(), 2 * std::size(kMmqTypes));  // both token tiles
+  EXPECT_TRUE(cuda::mm::mmq_wide_tile(18944, 512));   // 7B ffn_gate at pp512: 148 x 4 blocks
+  EXPECT_FALSE(cuda::mm::mmq_wide_tile(3584, 512));   // 7B attn_q: 28 x 4 blocks, too few
+  EXPECT_FALSE(cuda::mm::mmq_wide_tile(18944, 127));  // fewer tokens than the tile
 }
 
 }  // namespace

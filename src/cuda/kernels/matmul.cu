@@ -91,7 +91,8 @@ bool matmul(TensorType type, const void* W, int64_t k, int64_t m, const float* x
     // MMQ for quantized weights; the GEMM for the float types, for W that is not 16-byte
     // aligned, and for every type under MINFER_NO_MMQ=1.
     if (n >= mm::kMmqMinTokens && mm::mmq_accepts(type, W, m, n) && !env_flag("MINFER_NO_MMQ"))
-      return mm::launch_mmq(type, W, m, rb, L, acts, y, ldy, stream);
+      return mm::launch_mmq(type, W, m, rb, L, acts, y, ldy, stream,
+                            static_cast<int>(env_int("MINFER_CUDA_MMQ_TILE", 0)));
     return mm::launch_gemm(type, W, m, rb, L, acts, y, ldy, stream);
   }
 

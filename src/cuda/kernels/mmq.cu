@@ -1,4 +1,6 @@
 // Int8 tensor-core matrix multiply on quantized weights (design: mmq.cuh, docs/cuda-matmul.md).
+#include <algorithm>
+
 #include "cuda/kernels/launch.cuh"
 #include "cuda/kernels/mmq.cuh"
 #include "cuda/kernels/mmq_tile.cuh"
@@ -6,8 +8,9 @@
 namespace minfer::cuda::mm {
 namespace {
 
-constexpr int BM = kMmqBM, BN = kMmqBN, kThreads = kMmqThreads;
-static_assert(BM == 128 && BN == 64 && kThreads == 256, "the warp layout below: 4 x 2 warps of 32 x 32");
+constexpr int BM = kMmqBM, kThreads = kMmqThreads;
+static_assert(BM == 128 && kThreads == 256, "the warp layout below: 4 x 2 warps of 32 rows x BN / 2 tokens");
+static_assert(kMmqBN == 64 && kMmqWideBN == 128, "the two token tiles instantiated below");
 
 /// Arguments of one launch (device pointers; sizes in elements unless named bytes).
 struct MmqParams {
@@ -24,8 +27,9 @@ struct MmqParams {
   int64_t ldy;
 };
 
-/// Shared-memory regions of the kernel for type T, in bytes from the start (16-byte aligned).
-template <TensorType T>
+/// Shared-memory regions of the kernel for type T and BN tokens per tile, in bytes from the
+/// start (16-byte aligned).
+template <TensorType T, int BN>
 struct MmqSmem {
   using Tr = MmqTraits<T>;
   static constexpr bool K = Tr::kKQuant;
@@ -96,11 +100,11 @@ __device__ __forceinline__ void mma_k16(int (&c)[4], uint32_t a0, uint32_t a1, u
 // ---- stage copy (cp.async) ---------------------------------------------------------------------
 
 /// Queues the copies of stage s into the single weight stage buffer and activation buffer `buf`.
-template <TensorType T>
+template <TensorType T, int BN>
 __device__ __forceinline__ void issue_stage(const MmqParams& p, uint8_t* smem, int64_t s, int64_t bm,
                                             int64_t bn, int buf) {
   using Tr = MmqTraits<T>;
-  using S = MmqSmem<T>;
+  using S = MmqSmem<T, BN>;
   const int tid = static_cast<int>(threadIdx.x);
   const int64_t kb0 = s * Tr::kStageBlocks;
   const int nblk = static_cast<int>(p.nbw - kb0 < Tr::kStageBlocks ? p.nbw - kb0 : Tr::kStageBlocks);
@@ -154,10 +158,10 @@ __device__ __forceinline__ void issue_stage(const MmqParams& p, uint8_t* smem, i
 
 /// Decodes the staged weights of stage s into int8 rows and scales, and the staged activation
 /// scales of buffer `buf` into the forms the epilogue reads.
-template <TensorType T>
+template <TensorType T, int BN>
 __device__ __forceinline__ void decode_stage(const MmqParams& p, uint8_t* smem, int64_t s, int64_t bm, int buf) {
   using Tr = MmqTraits<T>;
-  using S = MmqSmem<T>;
+  using S = MmqSmem<T, BN>;
   const int tid = static_cast<int>(threadIdx.x);
   const uint8_t* xr = smem + S::xraw + buf * BN * S::kActRaw;
   auto* wd = reinterpret_cast<float*>(smem + S::wd);
@@ -234,16 +238,18 @@ __device__ __forceinline__ void decode_stage(const MmqParams& p, uint8_t* smem, 
 
 // ---- stage multiply ----------------------------------------------------------------------------
 
-/// Per thread: 2 m16 tiles (rows wm + 16 mi + g, + 8) x 4 n8 tiles (tokens wn + 8 nj + 2 tq, + 1).
+/// Per thread: 2 m16 tiles (rows wm + 16 mi + g, + 8) x BN / 16 n8 tiles (tokens wn + 8 nj + 2 tq,
+/// + 1).
 struct Frag {
   int wm, wn, g, tq;
 };
 
-template <TensorType T>
+template <TensorType T, int BN>
 __device__ __forceinline__ void multiply_stage(const uint8_t* smem, int buf, int nsub, const Frag& f,
-                                               float (&acc)[2][4][4], int (&isum)[2][4][4]) {
+                                               float (&acc)[2][BN / 16][4], int (&isum)[2][BN / 16][4]) {
+  constexpr int NJ = BN / 16;  // n8 tiles per warp (the warp covers BN / 2 tokens)
   using Tr = MmqTraits<T>;
-  using S = MmqSmem<T>;
+  using S = MmqSmem<T, BN>;
   const int lane = static_cast<int>(threadIdx.x & 31);
   // Shared-memory addresses of this lane's ldmatrix rows (A: rows 0-15 x k halves; B: tokens
   // 0-7 / 8-15 x k halves).
@@ -258,15 +264,15 @@ __device__ __forceinline__ void multiply_stage(const uint8_t* smem, int buf, int
   const auto* xmin = reinterpret_cast<const float*>(smem + S::xmin);
 
   for (int kk = 0; kk < nsub; ++kk) {
-    uint32_t a[2][4], b[2][4];
+    uint32_t a[2][4], b[NJ / 2][4];
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi) ldmatrix_x4(a[mi], a_row + 16 * mi * S::kRowQ + 32 * kk);
 #pragma unroll
-    for (int pj = 0; pj < 2; ++pj) ldmatrix_x4(b[pj], b_row + 16 * pj * S::kRowQ + 32 * kk);
+    for (int pj = 0; pj < NJ / 2; ++pj) ldmatrix_x4(b[pj], b_row + 16 * pj * S::kRowQ + 32 * kk);
 
     if constexpr (!Tr::kKQuant) {
       float dw[2][2], mw[2][2];
-      float2 da[4], mf[4];
+      float2 da[NJ], mf[NJ];
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
@@ -276,7 +282,7 @@ __device__ __forceinline__ void multiply_stage(const uint8_t* smem, int buf, int
           if constexpr (Tr::kMin) mw[mi][h] = wm[kk * BM + r];
         }
 #pragma unroll
-      for (int nj = 0; nj < 4; ++nj) {
+      for (int nj = 0; nj < NJ; ++nj) {
         const int t = f.wn + 8 * nj + 2 * f.tq;
         da[nj] = *reinterpret_cast<const float2*>(xda + kk * BN + t);
         if constexpr (Tr::kMin) mf[nj] = *reinterpret_cast<const float2*>(xmin + kk * BN + t);
@@ -284,7 +290,7 @@ __device__ __forceinline__ void multiply_stage(const uint8_t* smem, int buf, int
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
-        for (int nj = 0; nj < 4; ++nj) {
+        for (int nj = 0; nj < NJ; ++nj) {
           int c[4];
           mma_k32(c, a[mi], b[nj >> 1][2 * (nj & 1)], b[nj >> 1][2 * (nj & 1) + 1]);
 #pragma unroll
@@ -306,7 +312,7 @@ __device__ __forceinline__ void multiply_stage(const uint8_t* smem, int buf, int
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
-        for (int nj = 0; nj < 4; ++nj) {
+        for (int nj = 0; nj < NJ; ++nj) {
           int lo[4], hi[4];
           mma_k16(lo, a[mi][0], a[mi][1], b[nj >> 1][2 * (nj & 1)]);
           mma_k16(hi, a[mi][2], a[mi][3], b[nj >> 1][2 * (nj & 1) + 1]);
@@ -323,7 +329,7 @@ __device__ __forceinline__ void multiply_stage(const uint8_t* smem, int buf, int
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
-        for (int nj = 0; nj < 4; ++nj) {
+        for (int nj = 0; nj < NJ; ++nj) {
           int c[4];
           mma_k32(c, a[mi], b[nj >> 1][2 * (nj & 1)], b[nj >> 1][2 * (nj & 1) + 1]);
 #pragma unroll
@@ -349,7 +355,7 @@ __device__ __forceinline__ void multiply_stage(const uint8_t* smem, int buf, int
       }
     const auto* xbs = reinterpret_cast<const uint4*>(smem + S::xmin);
 #pragma unroll
-    for (int nj = 0; nj < 4; ++nj)
+    for (int nj = 0; nj < NJ; ++nj)
 #pragma unroll
       for (int ct = 0; ct < 2; ++ct) {
         const int t = f.wn + 8 * nj + 2 * f.tq + ct;
@@ -374,48 +380,49 @@ __device__ __forceinline__ void multiply_stage(const uint8_t* smem, int buf, int
 template <TensorType T>
 constexpr int kMinBlocks = MmqTraits<T>::kKQuant ? 1 : 2;
 
-template <TensorType T>
+template <TensorType T, int BN>
 __global__ void __launch_bounds__(kThreads, kMinBlocks<T>) mmq_kernel(MmqParams p) {
+  constexpr int NJ = BN / 16;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using Tr = MmqTraits<T>;
   extern __shared__ __align__(16) uint8_t smem[];
   const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
-  const Frag f{(warp & 3) * 32, (warp >> 2) * 32, lane >> 2, lane & 3};
+  const Frag f{(warp & 3) * 32, (warp >> 2) * (BN / 2), lane >> 2, lane & 3};
   const int64_t bn = static_cast<int64_t>(blockIdx.x) * BN;
   const int64_t bm = static_cast<int64_t>(blockIdx.y) * BM;
   const int64_t n_stages = (p.k + Tr::kStageK - 1) / Tr::kStageK;
 
-  float acc[2][4][4];
-  int isum[2][4][4];
+  float acc[2][NJ][4];
+  int isum[2][NJ][4];
 #pragma unroll
   for (int i = 0; i < 2; ++i)
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
+    for (int j = 0; j < NJ; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         acc[i][j][e] = 0.0f;
         isum[i][j][e] = 0;
       }
 
-  issue_stage<T>(p, smem, 0, bm, bn, 0);
+  issue_stage<T, BN>(p, smem, 0, bm, bn, 0);
   cp_async_commit();
   for (int64_t s = 0; s < n_stages; ++s) {
     const int buf = static_cast<int>(s & 1);
     cp_async_wait_all();
     __syncthreads();  // stage s landed for every thread; stage s - 1 is no longer read
-    decode_stage<T>(p, smem, s, bm, buf);
+    decode_stage<T, BN>(p, smem, s, bm, buf);
     __syncthreads();  // decoded tiles visible; the weight stage buffer is free
-    if (s + 1 < n_stages) issue_stage<T>(p, smem, s + 1, bm, bn, buf ^ 1);
+    if (s + 1 < n_stages) issue_stage<T, BN>(p, smem, s + 1, bm, bn, buf ^ 1);
     cp_async_commit();
     const int64_t left = p.k - s * Tr::kStageK;
     const int nsub = static_cast<int>((left < Tr::kStageK ? left : Tr::kStageK) / 32);
-    multiply_stage<T>(smem, buf, nsub, f, acc, isum);
+    multiply_stage<T, BN>(smem, buf, nsub, f, acc, isum);
   }
 
 #pragma unroll
   for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
-    for (int nj = 0; nj < 4; ++nj)
+    for (int nj = 0; nj < NJ; ++nj)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int64_t row = bm + f.wm + 16 * mi + f.g + 8 * (e >> 1);
@@ -428,22 +435,28 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<T>) mmq_kernel(MmqParams 
 #endif
 }
 
-template <TensorType T>
-bool launch_type(const MmqParams& p, cudaStream_t stream, const char* site) {
-  constexpr size_t bytes = MmqSmem<T>::total;
-  const void* fn = reinterpret_cast<const void*>(&mmq_kernel<T>);
+template <TensorType T, int BN>
+bool launch_tile(const MmqParams& p, cudaStream_t stream, const char* site) {
+  constexpr size_t bytes = MmqSmem<T, BN>::total;
+  const void* fn = reinterpret_cast<const void*>(&mmq_kernel<T, BN>);
   if (!smem_opted_in(fn, bytes)) {
     note_launch_failure(site, cudaErrorInvalidConfiguration);  // the opt-in failed at context creation
     return false;
   }
   const dim3 grid(static_cast<unsigned>((p.n + BN - 1) / BN), static_cast<unsigned>((p.m + BM - 1) / BM));
-  mmq_kernel<T><<<grid, kThreads, bytes, stream>>>(p);
+  mmq_kernel<T, BN><<<grid, kThreads, bytes, stream>>>(p);
   return MINFER_LAUNCH_CHECK(site);
 }
 
 template <TensorType T>
+bool launch_type(const MmqParams& p, cudaStream_t stream, const char* site, int tile_bn) {
+  const bool wide = tile_bn == 0 ? mmq_wide_tile(p.m, p.n) : tile_bn == kMmqWideBN;
+  return wide ? launch_tile<T, kMmqWideBN>(p, stream, site) : launch_tile<T, kMmqBN>(p, stream, site);
+}
+
+template <TensorType T, int BN>
 SmemOptin optin(const char* site) {
-  return {site, reinterpret_cast<const void*>(&mmq_kernel<T>), MmqSmem<T>::total};
+  return {site, reinterpret_cast<const void*>(&mmq_kernel<T, BN>), MmqSmem<T, BN>::total};
 }
 
 }  // namespace
@@ -462,37 +475,52 @@ bool mmq_supported(TensorType type) {
   }
 }
 
+bool mmq_wide_tile(int64_t m, int64_t n) {
+  return n >= kMmqWideBN && ((m + BM - 1) / BM) * ((n + kMmqWideBN - 1) / kMmqWideBN) >= kMmqWideMinBlocks;
+}
+
 bool mmq_accepts(TensorType type, const void* w, int64_t m, int64_t n) {
   return mmq_supported(type) && (reinterpret_cast<uintptr_t>(w) & 15) == 0 && m >= 1 &&
          (m + BM - 1) / BM <= 65535 && n >= 1;
 }
 
 size_t mmq_smem_bytes(TensorType type) {
+#define MINFER_MMQ_SMEM(T) \
+  case TensorType::T: return std::max(MmqSmem<TensorType::T, kMmqBN>::total, MmqSmem<TensorType::T, kMmqWideBN>::total);
   switch (type) {
-    case TensorType::Q4_0: return MmqSmem<TensorType::Q4_0>::total;
-    case TensorType::Q4_1: return MmqSmem<TensorType::Q4_1>::total;
-    case TensorType::Q5_0: return MmqSmem<TensorType::Q5_0>::total;
-    case TensorType::Q5_1: return MmqSmem<TensorType::Q5_1>::total;
-    case TensorType::Q8_0: return MmqSmem<TensorType::Q8_0>::total;
-    case TensorType::Q4_K: return MmqSmem<TensorType::Q4_K>::total;
-    case TensorType::Q5_K: return MmqSmem<TensorType::Q5_K>::total;
-    case TensorType::Q6_K: return MmqSmem<TensorType::Q6_K>::total;
+    MINFER_MMQ_SMEM(Q4_0)
+    MINFER_MMQ_SMEM(Q4_1)
+    MINFER_MMQ_SMEM(Q5_0)
+    MINFER_MMQ_SMEM(Q5_1)
+    MINFER_MMQ_SMEM(Q8_0)
+    MINFER_MMQ_SMEM(Q4_K)
+    MINFER_MMQ_SMEM(Q5_K)
+    MINFER_MMQ_SMEM(Q6_K)
     default: return 0;
   }
+#undef MINFER_MMQ_SMEM
 }
 
 std::span<const SmemOptin> mmq_smem_optins() {
   static const SmemOptin list[] = {
-      optin<TensorType::Q4_0>("mmq_q4_0"), optin<TensorType::Q4_1>("mmq_q4_1"),
-      optin<TensorType::Q5_0>("mmq_q5_0"), optin<TensorType::Q5_1>("mmq_q5_1"),
-      optin<TensorType::Q8_0>("mmq_q8_0"), optin<TensorType::Q4_K>("mmq_q4_K"),
-      optin<TensorType::Q5_K>("mmq_q5_K"), optin<TensorType::Q6_K>("mmq_q6_K"),
+      optin<TensorType::Q4_0, kMmqBN>("mmq_q4_0"),    optin<TensorType::Q4_1, kMmqBN>("mmq_q4_1"),
+      optin<TensorType::Q5_0, kMmqBN>("mmq_q5_0"),    optin<TensorType::Q5_1, kMmqBN>("mmq_q5_1"),
+      optin<TensorType::Q8_0, kMmqBN>("mmq_q8_0"),    optin<TensorType::Q4_K, kMmqBN>("mmq_q4_K"),
+      optin<TensorType::Q5_K, kMmqBN>("mmq_q5_K"),    optin<TensorType::Q6_K, kMmqBN>("mmq_q6_K"),
+      optin<TensorType::Q4_0, kMmqWideBN>("mmq_q4_0_wide"), optin<TensorType::Q4_1, kMmqWideBN>("mmq_q4_1_wide"),
+      optin<TensorType::Q5_0, kMmqWideBN>("mmq_q5_0_wide"), optin<TensorType::Q5_1, kMmqWideBN>("mmq_q5_1_wide"),
+      optin<TensorType::Q8_0, kMmqWideBN>("mmq_q8_0_wide"), optin<TensorType::Q4_K, kMmqWideBN>("mmq_q4_K_wide"),
+      optin<TensorType::Q5_K, kMmqWideBN>("mmq_q5_K_wide"), optin<TensorType::Q6_K, kMmqWideBN>("mmq_q6_K_wide"),
   };
   return list;
 }
 
 bool launch_mmq(TensorType type, const void* w, int64_t m, int64_t row_bytes, const ActLayout& L,
-                const void* acts, float* y, int64_t ldy, cudaStream_t stream) {
+                const void* acts, float* y, int64_t ldy, cudaStream_t stream, int tile_bn) {
+  if (tile_bn != 0 && tile_bn != kMmqBN && tile_bn != kMmqWideBN) {
+    note_launch_failure("matmul_bad_args", cudaErrorInvalidValue);
+    return false;
+  }
   const auto* base = static_cast<const uint8_t*>(acts);
   MmqParams p{};
   p.w = static_cast<const uint8_t*>(w);
@@ -511,7 +539,7 @@ bool launch_mmq(TensorType type, const void* w, int64_t m, int64_t row_bytes, co
 #define MINFER_MMQ_CASE(T, name, block)             \
   case TensorType::T:                               \
     p.nbw = L.k / (block);                          \
-    return launch_type<TensorType::T>(p, stream, name);
+    return launch_type<TensorType::T>(p, stream, name, tile_bn);
   switch (type) {
     MINFER_MMQ_CASE(Q4_0, "mmq_q4_0", 32)
     MINFER_MMQ_CASE(Q4_1, "mmq_q4_1", 32)

@@ -38,6 +38,20 @@ inline constexpr int kMmqBM = 128;
 inline constexpr int kMmqBN = 64;
 inline constexpr int kMmqThreads = 256;
 
+/// The wide token tile: 128 tokens per block (each of the 8 warps 32 rows x 64 tokens), which
+/// decodes each staged weight tile for twice as many tokens. Used when mmq_wide_tile() says so.
+inline constexpr int kMmqWideBN = 128;
+
+/// The fewest thread blocks of the wide tile for which it is used: two waves of one block per SM
+/// on the H200's 132 SMs (the K-quant kernels run one block per SM), so that halving the grid
+/// does not leave SMs idle.
+inline constexpr int64_t kMmqWideMinBlocks = 264;
+
+/// True when launch_mmq uses the 128-token tile for m weight rows and n tokens: n >= 128 and the
+/// wide grid has at least kMmqWideMinBlocks blocks. The per-output arithmetic (k order) is the
+/// same for both tiles, so the results are identical bit for bit.
+bool mmq_wide_tile(int64_t m, int64_t n);
+
 /// The smallest token count matmul() sends to MMQ. Token counts 1..8 stay on the MMVQ kernels,
 /// whose results are bit-identical to the CPU's (matmul.cuh's contract, which multi-token decode
 /// steps rely on), so this cannot go below 9; above 9 the alternative is the much slower f32
@@ -52,17 +66,21 @@ bool mmq_supported(TensorType type);
 /// aligned 16-byte words), m <= 65535 * 128 rows (grid y), n >= 1.
 bool mmq_accepts(TensorType type, const void* w, int64_t m, int64_t n);
 
-/// Dynamic shared memory of the kernel for `type` in bytes (0 for an unsupported type).
+/// Dynamic shared memory of the larger of the two kernels for `type` in bytes (0 for an
+/// unsupported type).
 size_t mmq_smem_bytes(TensorType type);
 
 /// y[j + t * ldy] for j < m, t < L.n; `acts` is the buffer quantize_acts filled for `L` (Q8 for
-/// the legacy types, Q8K for the K-quants); W holds m rows of row_bytes bytes. Returns false
-/// when the launch failed or was refused (recorded with the site "mmq_<type>"); refuses when
-/// the shared-memory opt-in of the kernel did not happen (smem_optin.cuh).
+/// the legacy types, Q8K for the K-quants); W holds m rows of row_bytes bytes. `tile_bn` picks
+/// the token tile: 0 = mmq_wide_tile(m, n) decides, 64 or 128 = that tile (tests, A/B runs);
+/// the results are the same bit for bit. Returns false when the launch failed or was refused
+/// (recorded with the site "mmq_<type>"; another tile_bn is refused as "matmul_bad_args");
+/// refuses when the shared-memory opt-in of the kernel did not happen (smem_optin.cuh).
 bool launch_mmq(TensorType type, const void* w, int64_t m, int64_t row_bytes, const ActLayout& L,
-                const void* acts, float* y, int64_t ldy, cudaStream_t stream);
+                const void* acts, float* y, int64_t ldy, cudaStream_t stream, int tile_bn = 0);
 
-/// The kernel instantiations and their dynamic shared memory, for the context's opt-in list.
+/// The kernel instantiations (both token tiles of every type) and their dynamic shared memory,
+/// for the context's opt-in list.
 std::span<const SmemOptin> mmq_smem_optins();
 
 }  // namespace minfer::cuda::mm
