@@ -419,7 +419,8 @@ TEST(CudaMmqApi, accepts_only_quantized_types_with_16_byte_aligned_weights) {
   EXPECT_FALSE(cuda::mm::mmq_accepts(TensorType::Q4_0, w, int64_t{65536} * 128, 9));
   EXPECT_EQ(cuda::mm::mmq_smem_optins().size(), 2 * std::size(kMmqTypes));  // both token tiles
   EXPECT_TRUE(cuda::mm::mmq_wide_tile(18944, 512));   // 7B ffn_gate at pp512: 148 x 4 blocks
-  EXPECT_FALSE(cuda::mm::mmq_wide_tile(3584, 512));   // 7B attn_q: 28 x 4 blocks, too few
+  EXPECT_TRUE(cuda::mm::mmq_wide_tile(3584, 512));    // 7B attn_q: 28 x 4 blocks
+  EXPECT_FALSE(cuda::mm::mmq_wide_tile(1536, 512));   // 1.5B attn_q: 12 x 4 blocks, too few
   EXPECT_FALSE(cuda::mm::mmq_wide_tile(18944, 127));  // fewer tokens than the tile
 }
 

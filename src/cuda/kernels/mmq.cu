@@ -375,13 +375,14 @@ __device__ __forceinline__ void multiply_stage(const uint8_t* smem, int buf, int
   }
 }
 
-/// Resident blocks per SM the launch bounds ask for: two for the legacy types (<= 128 registers);
-/// one for the K-quants, whose per-output integer sums need about 136-160 registers.
-template <TensorType T>
-constexpr int kMinBlocks = MmqTraits<T>::kKQuant ? 1 : 2;
+/// Resident blocks per SM the launch bounds ask for (<= 128 registers per thread for two): two,
+/// except for the wide tile of the K-quants, whose 2 x 8 x 4 per-output float sums and integer
+/// sums need more registers than two blocks leave.
+template <TensorType T, int BN>
+constexpr int kMinBlocks = MmqTraits<T>::kKQuant && BN == kMmqWideBN ? 1 : 2;
 
 template <TensorType T, int BN>
-__global__ void __launch_bounds__(kThreads, kMinBlocks<T>) mmq_kernel(MmqParams p) {
+__global__ void __launch_bounds__(kThreads, (kMinBlocks<T, BN>)) mmq_kernel(MmqParams p) {
   constexpr int NJ = BN / 16;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using Tr = MmqTraits<T>;

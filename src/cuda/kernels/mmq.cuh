@@ -42,10 +42,11 @@ inline constexpr int kMmqThreads = 256;
 /// decodes each staged weight tile for twice as many tokens. Used when mmq_wide_tile() says so.
 inline constexpr int kMmqWideBN = 128;
 
-/// The fewest thread blocks of the wide tile for which it is used: two waves of one block per SM
-/// on the H200's 132 SMs (the K-quant kernels run one block per SM), so that halving the grid
-/// does not leave SMs idle.
-inline constexpr int64_t kMmqWideMinBlocks = 264;
+/// The fewest thread blocks of the wide tile for which it is used (measured on the H200, 132
+/// SMs, 2026-11-30: 7B pp512 at 6,656 t/s with the 64-token tile everywhere, 8,580 with the
+/// 128-token tile everywhere, although its attention and down projections then run 112 blocks,
+/// under one wave); smaller grids keep the 64-token tile and twice the blocks.
+inline constexpr int64_t kMmqWideMinBlocks = 96;
 
 /// True when launch_mmq uses the 128-token tile for m weight rows and n tokens: n >= 128 and the
 /// wide grid has at least kMmqWideMinBlocks blocks. The per-output arithmetic (k order) is the
