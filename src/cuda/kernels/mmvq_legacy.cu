@@ -1,7 +1,8 @@
 // MMVQ for the legacy 32-element block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) x Q8 activations,
 // n = 1..8 token columns, bit-identical to the CPU reference (design: mmvq.cuh).
 //
-// One warp per weight row. The row is streamed in chunks of CB blocks: each lane loads up to U
+// One warp per weight row (the gate and up rows together for the SwiGLU launch). The row is
+// streamed in chunks of CB blocks: each lane loads up to U
 // aligned 16-byte words of the chunk into registers, the warp writes them to its shared-memory
 // stage, and lane l then unpacks blocks l, l + 32, ... of the chunk from there. The next
 // chunk's loads are issued before the current chunk is computed. CB is a multiple of 32, so
@@ -16,78 +17,106 @@
 namespace minfer::cuda::mm {
 namespace {
 
-/// The dot products of weight row `row` (of a tensor of m rows at w) with the N activation
-/// columns; the result is in lane 0 of acc (the contract's fold). Called by the whole warp.
-template <TensorType kType, int N>
-__device__ __forceinline__ void legacy_row_dot(const uint8_t* w, int64_t m, int64_t row, int64_t nb,
-                                               int64_t row_bytes, const Q8View& acts, uint4* stage,
-                                               int lane, float (&acc)[N]) {
+/// Words of one row's shared-memory stage (a chunk at any 2-byte alignment plus over-read).
+template <TensorType kType>
+inline constexpr int kStageWords = 32 * Legacy<kType>::U + 1;
+
+/// The dot products of row `row` of R weight tensors (each of m rows, at w[r]) with the N
+/// activation columns; the results are in lane 0 of acc[r] (the contract's fold). The R rows are
+/// streamed together (their chunks' loads are in flight at the same time, each row in its own
+/// stage of kStageWords words at stage + r * kStageWords); each row's arithmetic is the one-row
+/// arithmetic. Called by the whole warp.
+template <TensorType kType, int N, int R>
+__device__ __forceinline__ void legacy_rows_dot(const uint8_t* const (&w)[R], int64_t m, int64_t row, int64_t nb,
+                                                int64_t row_bytes, const Q8View& acts, uint4* stage, int lane,
+                                                float (&acc)[R][N]) {
   using T = Legacy<kType>;
-  const uint8_t* sb = reinterpret_cast<const uint8_t*>(stage);
-
-  const uint64_t lo = reinterpret_cast<uint64_t>(w);
-  const uint64_t hi = lo + static_cast<uint64_t>(m) * static_cast<uint64_t>(row_bytes);
-  const uint64_t row_start = lo + static_cast<uint64_t>(row) * static_cast<uint64_t>(row_bytes);
-
+  uint64_t lo[R], hi[R], row_start[R];
 #pragma unroll
-  for (int c = 0; c < N; ++c) acc[c] = 0.0f;
+  for (int r = 0; r < R; ++r) {
+    lo[r] = reinterpret_cast<uint64_t>(w[r]);
+    hi[r] = lo[r] + static_cast<uint64_t>(m) * static_cast<uint64_t>(row_bytes);
+    row_start[r] = lo[r] + static_cast<uint64_t>(row) * static_cast<uint64_t>(row_bytes);
+#pragma unroll
+    for (int c = 0; c < N; ++c) acc[r][c] = 0.0f;
+  }
 
   const int64_t n_chunks = (nb + T::CB - 1) / T::CB;
-  StageRegs<T::U> regs;
-  StageGeom next = stage_geom(row_start, (nb < T::CB ? nb : T::CB) * T::kBytes);
-  regs.load(next, lane, lo, hi);
+  StageRegs<T::U> regs[R];
+  StageGeom next[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    next[r] = stage_geom(row_start[r], (nb < T::CB ? nb : T::CB) * T::kBytes);
+    regs[r].load(next[r], lane, lo[r], hi[r]);
+  }
   for (int64_t chunk = 0; chunk < n_chunks; ++chunk) {
-    const StageGeom cur = next;
-    regs.store(stage, cur, lane);
+    StageGeom cur[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      cur[r] = next[r];
+      regs[r].store(stage + r * kStageWords<kType>, cur[r], lane);
+    }
     __syncwarp();
     const int64_t b0 = chunk * T::CB;
     if (chunk + 1 < n_chunks) {  // issue the next chunk's loads before computing this one
       const int64_t b1 = b0 + T::CB;
       const int64_t cnt = nb - b1 < T::CB ? nb - b1 : T::CB;
-      next = stage_geom(row_start + static_cast<uint64_t>(b1 * T::kBytes), cnt * T::kBytes);
-      regs.load(next, lane, lo, hi);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        next[r] = stage_geom(row_start[r] + static_cast<uint64_t>(b1 * T::kBytes), cnt * T::kBytes);
+        regs[r].load(next[r], lane, lo[r], hi[r]);
+      }
     }
     const int n_blk = static_cast<int>(nb - b0 < T::CB ? nb - b0 : T::CB);
 #pragma unroll
-    for (int it = 0; it < T::CB / 32; ++it) {
-      const int i = it * 32 + lane;
-      if (i < n_blk) {
-        const LegacyW wb = T::decode(sb, cur.offset + i * T::kBytes);
-        const int64_t t = b0 + i;
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* sb = reinterpret_cast<const uint8_t*>(stage + r * kStageWords<kType>);
 #pragma unroll
-        for (int c = 0; c < N; ++c) acc[c] = __fadd_rn(acc[c], legacy_term<kType>(wb, acts, c, t));
+      for (int it = 0; it < T::CB / 32; ++it) {
+        const int i = it * 32 + lane;
+        if (i < n_blk) {
+          const LegacyW wb = T::decode(sb, cur[r].offset + i * T::kBytes);
+          const int64_t t = b0 + i;
+#pragma unroll
+          for (int c = 0; c < N; ++c) acc[r][c] = __fadd_rn(acc[r][c], legacy_term<kType>(wb, acts, c, t));
+        }
       }
     }
-    __syncwarp();  // the stage is rewritten by the next chunk
+    __syncwarp();  // the stages are rewritten by the next chunk
   }
 #pragma unroll
-  for (int c = 0; c < N; ++c) acc[c] = fold_lanes(acc[c]);
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int c = 0; c < N; ++c) acc[r][c] = fold_lanes(acc[r][c]);
 }
 
-// One warp per grid row (mmvq_batch.cuh: the row's segment; with glu the gate and up rows).
+// One warp per grid row (mmvq_batch.cuh: the row's segment; with glu the gate and up rows, which
+// are streamed together).
 template <TensorType kType, int N, bool kGlu>
-__global__ void __launch_bounds__(kMmvqWarps * 32, N <= 4 ? 8 : 6)
+__global__ void __launch_bounds__(kMmvqWarps * 32, kGlu ? 4 : (N <= 4 ? 8 : 6))
     mmvq_legacy_kernel(const MmvqBatch b, const Q8View acts) {
   using T = Legacy<kType>;
+  constexpr int R = kGlu ? 2 : 1;
   static_assert(T::CB % 32 == 0, "lane l must own the blocks t = l mod 32");
-  static_assert(((14 + T::CB * T::kBytes + 15) >> 4) + 2 <= 32 * T::U + 1,
+  static_assert(((14 + T::CB * T::kBytes + 15) >> 4) + 2 <= kStageWords<kType>,
                 "a chunk at any 2-byte alignment (plus 20 bytes of over-read) fits the stage");
-  __shared__ uint4 stage_all[kMmvqWarps][32 * T::U + 1];
+  __shared__ uint4 stage_all[kMmvqWarps][R * kStageWords<kType>];
 
   const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
   SegRow s;
   if (!find_segment(b, static_cast<int64_t>(blockIdx.x) * kMmvqWarps + warp, &s))
     return;  // the whole warp leaves; no block-wide barrier follows
   const int64_t nb = b.k / 32;
-  float acc[N];
-  legacy_row_dot<kType, N>(s.w, s.m, s.row, nb, b.row_bytes, acts, stage_all[warp], lane, acc);
+  float acc[R][N];
   if constexpr (kGlu) {
-    float up[N];
-    legacy_row_dot<kType, N>(static_cast<const uint8_t*>(b.seg[1].w), s.m, s.row, nb, b.row_bytes, acts,
-                             stage_all[warp], lane, up);
-    swiglu_in_place(acc, up);
+    const uint8_t* const w[2] = {s.w, static_cast<const uint8_t*>(b.seg[1].w)};
+    legacy_rows_dot<kType, N, 2>(w, s.m, s.row, nb, b.row_bytes, acts, stage_all[warp], lane, acc);
+    swiglu_in_place(acc[0], acc[1]);
+  } else {
+    const uint8_t* const w[1] = {s.w};
+    legacy_rows_dot<kType, N, 1>(w, s.m, s.row, nb, b.row_bytes, acts, stage_all[warp], lane, acc);
   }
-  if (lane == 0) store_row(s, acc);
+  if (lane == 0) store_row(s, acc[0]);
 }
 
 #define MINFER_MMVQ_SITES(name)                                                        \
