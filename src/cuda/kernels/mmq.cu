@@ -244,7 +244,10 @@ struct Frag {
   int wm, wn, g, tq;
 };
 
-template <TensorType T, int BN>
+/// kSub > 0: a full stage of kSub 32-element steps, known at compile time (the step loop is
+/// unrolled, so the fragment loads of later steps are issued ahead of the mma chain); kSub = 0:
+/// nsub steps (a partial last stage).
+template <TensorType T, int BN, int kSub>
 __device__ __forceinline__ void multiply_stage(const uint8_t* smem, int buf, int nsub, const Frag& f,
                                                float (&acc)[2][BN / 16][4], int (&isum)[2][BN / 16][4]) {
   constexpr int NJ = BN / 16;  // n8 tiles per warp (the warp covers BN / 2 tokens)
@@ -263,7 +266,9 @@ __device__ __forceinline__ void multiply_stage(const uint8_t* smem, int buf, int
   const auto* xda = reinterpret_cast<const float*>(smem + S::xda);
   const auto* xmin = reinterpret_cast<const float*>(smem + S::xmin);
 
-  for (int kk = 0; kk < nsub; ++kk) {
+  const int steps = kSub > 0 ? kSub : nsub;
+#pragma unroll
+  for (int kk = 0; kk < steps; ++kk) {
     uint32_t a[2][4], b[NJ / 2][4];
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi) ldmatrix_x4(a[mi], a_row + 16 * mi * S::kRowQ + 32 * kk);
@@ -417,7 +422,11 @@ __global__ void __launch_bounds__(kThreads, (kMinBlocks<T, BN>)) mmq_kernel(MmqP
     cp_async_commit();
     const int64_t left = p.k - s * Tr::kStageK;
     const int nsub = static_cast<int>((left < Tr::kStageK ? left : Tr::kStageK) / 32);
-    multiply_stage<T, BN>(smem, buf, nsub, f, acc, isum);
+    constexpr int kFull = Tr::kStageK / 32;
+    if (nsub == kFull)
+      multiply_stage<T, BN, kFull>(smem, buf, nsub, f, acc, isum);
+    else
+      multiply_stage<T, BN, 0>(smem, buf, nsub, f, acc, isum);
   }
 
 #pragma unroll
