@@ -29,7 +29,7 @@ constexpr std::array kTable = {
     EnvVar{"MINFER_NO_CPU_PACK", "0", "1: CPU matmuls read the weights in place (no packed copies)"},
     EnvVar{"MINFER_NO_CUDA_GRAPH", "0", "1: never capture or replay CUDA graphs (direct launches only)"},
     EnvVar{"MINFER_CUDA_MMQ_TILE", "0",
-           "CUDA MMQ token tile: 0 = chosen per shape, 64 or 128 = always that tile (A/B measurements)"},
+           "CUDA MMQ token tile: 0 = chosen per shape, 32, 64 or 128 = always that tile (A/B measurements)"},
     EnvVar{"MINFER_NO_MMQ", "0",
            "1: CUDA prefill matmuls (n > 8) on quantized weights use the GEMM instead of the int8 tensor-core MMQ"},
     EnvVar{"MINFER_NO_PREFILL_CAPTURE", "0", "1: capture only decode-shaped (1-token) graphs"},

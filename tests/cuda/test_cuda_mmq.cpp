@@ -342,10 +342,10 @@ TEST_P(CudaMmq, no_mmq_gate_routes_to_the_gemm_and_mmq_is_the_default) {
   }
 }
 
-TEST_P(CudaMmq, the_wide_and_narrow_token_tiles_give_the_same_bytes) {
-  // Ragged shapes for both tiles (n not a multiple of 64 or 128, m not of 128, a partial last
-  // stage), one with more tokens than the wide tile; the narrow tile is checked against the
-  // emulation by the tests above, so equality makes the wide one right as well.
+TEST_P(CudaMmq, the_three_token_tiles_give_the_same_bytes) {
+  // Ragged shapes for every tile (n not a multiple of 32, 64 or 128, m not of 128, a partial
+  // last stage), one with more tokens than the wide tile; the 64-token tile is checked against
+  // the emulation by the tests above, so equality makes the other tiles right as well.
   const TensorType type = GetParam();
   const bool kq = type_traits(type).block_size == 256;
   struct Shape {
@@ -366,19 +366,22 @@ TEST_P(CudaMmq, the_wide_and_narrow_token_tiles_give_the_same_bytes) {
         cuda::mm::act_layout(kq ? cuda::mm::ActKind::Q8K : cuda::mm::ActKind::Q8, sh.k, sh.n);
     const int64_t rb = static_cast<int64_t>(row_bytes(type, sh.k));
     dy.fill(0xFF);
-    dy2.fill(0x00);
     ASSERT_TRUE(cuda::mm::launch_mmq(type, dw.get(), sh.m, rb, L, dq.get(), dy.as<float>(), sh.m, stream_, cuda::mm::kMmqBN));
-    ASSERT_TRUE(cuda::mm::launch_mmq(type, dw.get(), sh.m, rb, L, dq.get(), dy2.as<float>(), sh.m, stream_,
-                                     cuda::mm::kMmqWideBN));
     ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
     std::vector<float> a(static_cast<size_t>(sh.m * sh.n)), b(a.size());
     dy.download(a.data(), out_bytes);
-    dy2.download(b.data(), out_bytes);
-    size_t differ = 0, first = 0;
-    for (size_t i = 0; i < a.size(); ++i)
-      if (std::memcmp(&a[i], &b[i], 4) != 0 && differ++ == 0) first = i;
-    EXPECT_EQ(differ, 0u) << "m " << sh.m << " k " << sh.k << " n " << sh.n << ": first at row " << first % sh.m
-                          << " token " << first / sh.m << ": narrow " << a[first] << " wide " << b[first];
+    for (const int tile : {cuda::mm::kMmqWideBN, cuda::mm::kMmqThinBN}) {
+      dy2.fill(0x00);
+      ASSERT_TRUE(cuda::mm::launch_mmq(type, dw.get(), sh.m, rb, L, dq.get(), dy2.as<float>(), sh.m, stream_, tile));
+      ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+      dy2.download(b.data(), out_bytes);
+      size_t differ = 0, first = 0;
+      for (size_t i = 0; i < a.size(); ++i)
+        if (std::memcmp(&a[i], &b[i], 4) != 0 && differ++ == 0) first = i;
+      EXPECT_EQ(differ, 0u) << "tile " << tile << ", m " << sh.m << " k " << sh.k << " n " << sh.n << ": first at row "
+                            << first % sh.m << " token " << first / sh.m << ": 64-token tile " << a[first] << ", this tile "
+                            << b[first];
+    }
   }
   cuda::clear_launch_failure();
   EXPECT_FALSE(cuda::mm::launch_mmq(type, nullptr, 1, 1, cuda::mm::ActLayout{}, nullptr, nullptr, 1, stream_, 96));
@@ -417,11 +420,17 @@ TEST(CudaMmqApi, accepts_only_quantized_types_with_16_byte_aligned_weights) {
   }
   for (const TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16}) EXPECT_FALSE(cuda::mm::mmq_accepts(t, w, 100, 9));
   EXPECT_FALSE(cuda::mm::mmq_accepts(TensorType::Q4_0, w, int64_t{65536} * 128, 9));
-  EXPECT_EQ(cuda::mm::mmq_smem_optins().size(), 2 * std::size(kMmqTypes));  // both token tiles
-  EXPECT_TRUE(cuda::mm::mmq_wide_tile(18944, 512));   // 7B ffn_gate at pp512: 148 x 4 blocks
-  EXPECT_TRUE(cuda::mm::mmq_wide_tile(3584, 512));    // 7B attn_q: 28 x 4 blocks
-  EXPECT_FALSE(cuda::mm::mmq_wide_tile(1536, 512));   // 1.5B attn_q: 12 x 4 blocks, too few
-  EXPECT_FALSE(cuda::mm::mmq_wide_tile(18944, 127));  // fewer tokens than the tile
+  EXPECT_EQ(cuda::mm::mmq_smem_optins().size(), 3 * std::size(kMmqTypes));  // three token tiles
+}
+
+TEST(CudaMmqApi, token_tile_follows_the_grid_size) {
+  EXPECT_EQ(cuda::mm::mmq_tile_tokens(18944, 512), 128);  // 7B ffn_gate at pp512: 148 x 4 blocks
+  EXPECT_EQ(cuda::mm::mmq_tile_tokens(3584, 512), 128);   // 7B attn_q: 28 x 4 blocks
+  EXPECT_EQ(cuda::mm::mmq_tile_tokens(1536, 512), 64);    // 1.5B attn_q: 12 x 4 too few, 12 x 8 enough
+  EXPECT_EQ(cuda::mm::mmq_tile_tokens(896, 512), 32);     // 0.5B attn_q: 7 x 8 too few
+  EXPECT_EQ(cuda::mm::mmq_tile_tokens(18944, 127), 64);   // fewer tokens than the wide tile
+  EXPECT_EQ(cuda::mm::mmq_tile_tokens(18944, 32), 32);    // one thin tile holds every token
+  EXPECT_EQ(cuda::mm::mmq_tile_tokens(100, 9), 32);
 }
 
 }  // namespace

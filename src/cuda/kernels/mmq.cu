@@ -10,7 +10,8 @@ namespace {
 
 constexpr int BM = kMmqBM, kThreads = kMmqThreads;
 static_assert(BM == 128 && kThreads == 256, "the warp layout below: 4 x 2 warps of 32 rows x BN / 2 tokens");
-static_assert(kMmqBN == 64 && kMmqWideBN == 128, "the two token tiles instantiated below");
+static_assert(kMmqThinBN % 32 == 0, "each warp's tokens are whole ldmatrix.x4 pairs of n8 tiles");
+static_assert(kMmqThinBN == 32 && kMmqBN == 64 && kMmqWideBN == 128, "the three token tiles instantiated below");
 
 /// Arguments of one launch (device pointers; sizes in elements unless named bytes).
 struct MmqParams {
@@ -460,8 +461,11 @@ bool launch_tile(const MmqParams& p, cudaStream_t stream, const char* site) {
 
 template <TensorType T>
 bool launch_type(const MmqParams& p, cudaStream_t stream, const char* site, int tile_bn) {
-  const bool wide = tile_bn == 0 ? mmq_wide_tile(p.m, p.n) : tile_bn == kMmqWideBN;
-  return wide ? launch_tile<T, kMmqWideBN>(p, stream, site) : launch_tile<T, kMmqBN>(p, stream, site);
+  switch (tile_bn == 0 ? mmq_tile_tokens(p.m, p.n) : tile_bn) {
+    case kMmqWideBN: return launch_tile<T, kMmqWideBN>(p, stream, site);
+    case kMmqThinBN: return launch_tile<T, kMmqThinBN>(p, stream, site);
+    default: return launch_tile<T, kMmqBN>(p, stream, site);
+  }
 }
 
 template <TensorType T, int BN>
@@ -485,8 +489,11 @@ bool mmq_supported(TensorType type) {
   }
 }
 
-bool mmq_wide_tile(int64_t m, int64_t n) {
-  return n >= kMmqWideBN && ((m + BM - 1) / BM) * ((n + kMmqWideBN - 1) / kMmqWideBN) >= kMmqWideMinBlocks;
+int mmq_tile_tokens(int64_t m, int64_t n) {
+  const int64_t row_tiles = (m + BM - 1) / BM;
+  if (n >= kMmqWideBN && row_tiles * ((n + kMmqWideBN - 1) / kMmqWideBN) >= kMmqTileMinBlocks) return kMmqWideBN;
+  if (n > kMmqThinBN && row_tiles * ((n + kMmqBN - 1) / kMmqBN) >= kMmqTileMinBlocks) return kMmqBN;
+  return kMmqThinBN;
 }
 
 bool mmq_accepts(TensorType type, const void* w, int64_t m, int64_t n) {
@@ -496,7 +503,9 @@ bool mmq_accepts(TensorType type, const void* w, int64_t m, int64_t n) {
 
 size_t mmq_smem_bytes(TensorType type) {
 #define MINFER_MMQ_SMEM(T) \
-  case TensorType::T: return std::max(MmqSmem<TensorType::T, kMmqBN>::total, MmqSmem<TensorType::T, kMmqWideBN>::total);
+  case TensorType::T:      \
+    return std::max({MmqSmem<TensorType::T, kMmqThinBN>::total, MmqSmem<TensorType::T, kMmqBN>::total, \
+                     MmqSmem<TensorType::T, kMmqWideBN>::total});
   switch (type) {
     MINFER_MMQ_SMEM(Q4_0)
     MINFER_MMQ_SMEM(Q4_1)
@@ -521,13 +530,17 @@ std::span<const SmemOptin> mmq_smem_optins() {
       optin<TensorType::Q5_0, kMmqWideBN>("mmq_q5_0_wide"), optin<TensorType::Q5_1, kMmqWideBN>("mmq_q5_1_wide"),
       optin<TensorType::Q8_0, kMmqWideBN>("mmq_q8_0_wide"), optin<TensorType::Q4_K, kMmqWideBN>("mmq_q4_K_wide"),
       optin<TensorType::Q5_K, kMmqWideBN>("mmq_q5_K_wide"), optin<TensorType::Q6_K, kMmqWideBN>("mmq_q6_K_wide"),
+      optin<TensorType::Q4_0, kMmqThinBN>("mmq_q4_0_thin"), optin<TensorType::Q4_1, kMmqThinBN>("mmq_q4_1_thin"),
+      optin<TensorType::Q5_0, kMmqThinBN>("mmq_q5_0_thin"), optin<TensorType::Q5_1, kMmqThinBN>("mmq_q5_1_thin"),
+      optin<TensorType::Q8_0, kMmqThinBN>("mmq_q8_0_thin"), optin<TensorType::Q4_K, kMmqThinBN>("mmq_q4_K_thin"),
+      optin<TensorType::Q5_K, kMmqThinBN>("mmq_q5_K_thin"), optin<TensorType::Q6_K, kMmqThinBN>("mmq_q6_K_thin"),
   };
   return list;
 }
 
 bool launch_mmq(TensorType type, const void* w, int64_t m, int64_t row_bytes, const ActLayout& L,
                 const void* acts, float* y, int64_t ldy, cudaStream_t stream, int tile_bn) {
-  if (tile_bn != 0 && tile_bn != kMmqBN && tile_bn != kMmqWideBN) {
+  if (tile_bn != 0 && tile_bn != kMmqThinBN && tile_bn != kMmqBN && tile_bn != kMmqWideBN) {
     note_launch_failure("matmul_bad_args", cudaErrorInvalidValue);
     return false;
   }

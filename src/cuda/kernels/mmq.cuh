@@ -39,19 +39,24 @@ inline constexpr int kMmqBN = 64;
 inline constexpr int kMmqThreads = 256;
 
 /// The wide token tile: 128 tokens per block (each of the 8 warps 32 rows x 64 tokens), which
-/// decodes each staged weight tile for twice as many tokens. Used when mmq_wide_tile() says so.
+/// decodes each staged weight tile for twice as many tokens.
 inline constexpr int kMmqWideBN = 128;
 
-/// The fewest thread blocks of the wide tile for which it is used (measured on the H200, 132
+/// The thin token tile: 32 tokens per block (each warp 32 rows x 16 tokens), twice the blocks of
+/// kMmqBN for grids too small to fill the GPU (0.5B/1.5B attention projections) and for n <= 32.
+inline constexpr int kMmqThinBN = 32;
+
+/// The fewest thread blocks a grid needs before a wider tile is used (measured on the H200, 132
 /// SMs, 2026-11-30: 7B pp512 at 6,656 t/s with the 64-token tile everywhere, 8,580 with the
 /// 128-token tile everywhere, although its attention and down projections then run 112 blocks,
-/// under one wave); smaller grids keep the 64-token tile and twice the blocks.
-inline constexpr int64_t kMmqWideMinBlocks = 96;
+/// under one wave).
+inline constexpr int64_t kMmqTileMinBlocks = 96;
 
-/// True when launch_mmq uses the 128-token tile for m weight rows and n tokens: n >= 128 and the
-/// wide grid has at least kMmqWideMinBlocks blocks. The per-output arithmetic (k order) is the
-/// same for both tiles, so the results are identical bit for bit.
-bool mmq_wide_tile(int64_t m, int64_t n);
+/// The token tile launch_mmq uses for m weight rows and n tokens: 128 when n >= 128 and that
+/// grid has >= kMmqTileMinBlocks blocks; else 64 when n > 32 and that grid has as many; else
+/// 32. The per-output arithmetic (k order) is the same for every tile, so the results are
+/// identical bit for bit.
+int mmq_tile_tokens(int64_t m, int64_t n);
 
 /// The smallest token count matmul() sends to MMQ. Token counts 1..8 stay on the MMVQ kernels,
 /// whose results are bit-identical to the CPU's (matmul.cuh's contract, which multi-token decode
@@ -67,20 +72,20 @@ bool mmq_supported(TensorType type);
 /// aligned 16-byte words), m <= 65535 * 128 rows (grid y), n >= 1.
 bool mmq_accepts(TensorType type, const void* w, int64_t m, int64_t n);
 
-/// Dynamic shared memory of the larger of the two kernels for `type` in bytes (0 for an
+/// Dynamic shared memory of the largest of the kernels for `type` in bytes (0 for an
 /// unsupported type).
 size_t mmq_smem_bytes(TensorType type);
 
 /// y[j + t * ldy] for j < m, t < L.n; `acts` is the buffer quantize_acts filled for `L` (Q8 for
 /// the legacy types, Q8K for the K-quants); W holds m rows of row_bytes bytes. `tile_bn` picks
-/// the token tile: 0 = mmq_wide_tile(m, n) decides, 64 or 128 = that tile (tests, A/B runs);
+/// the token tile: 0 = mmq_tile_tokens(m, n) decides, 32, 64 or 128 = that tile (tests, A/B runs);
 /// the results are the same bit for bit. Returns false when the launch failed or was refused
 /// (recorded with the site "mmq_<type>"; another tile_bn is refused as "matmul_bad_args");
 /// refuses when the shared-memory opt-in of the kernel did not happen (smem_optin.cuh).
 bool launch_mmq(TensorType type, const void* w, int64_t m, int64_t row_bytes, const ActLayout& L,
                 const void* acts, float* y, int64_t ldy, cudaStream_t stream, int tile_bn = 0);
 
-/// The kernel instantiations (both token tiles of every type) and their dynamic shared memory,
+/// The kernel instantiations (the three token tiles of every type) and their dynamic shared memory,
 /// for the context's opt-in list.
 std::span<const SmemOptin> mmq_smem_optins();
 
