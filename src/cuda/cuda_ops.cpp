@@ -397,20 +397,20 @@ void product_then_residual(const OpArgs& a, int wi, const float* x, const void* 
 }
 
 // srcs: W, x, r: out = r + W^T x. One launch with the add in the epilogue where the MMVQ kernels
-// serve the shape (matmul_fused_supported), else the product and then the add.
+// or MMQ kernels serve the shape (matmul_fused_serves), else the product and then the add.
 void op_matmul_add(const OpArgs& a) {
   const TensorType t = a.s(0).type;
   const int64_t k = a.s(0).ne[0], m = a.s(0).ne[1], n = a.s(1).n_elements() / k;
   size_t cursor = 0;
   const void* qx = quantize_into(a, t, a.in(1), k, n, &cursor);
-  if (matmul_fused_supported(t, k, n)) {
-    MatmulOut o;
-    o.w = a.in<void>(0);
-    o.m = m;
-    o.y = a.out();
-    o.ldy = m;
-    o.residual = a.in(2);
-    o.ldr = m;
+  MatmulOut o;
+  o.w = a.in<void>(0);
+  o.m = m;
+  o.y = a.out();
+  o.ldy = m;
+  o.residual = a.in(2);
+  o.ldr = m;
+  if (matmul_fused_serves(t, k, &o, 1, n)) {
     launched(matmul_fused(t, k, &o, 1, qx, n, a.stream), a);
     return;
   }
@@ -440,17 +440,20 @@ void op_fused_qkv(const OpArgs& a) {
     for (int j = 0; j < p; ++j)  // an earlier group of the same activation family
       if (qx[p] == nullptr && same_activations(a.s(1 + j).type, t)) qx[p] = qx[j];
     if (qx[p] == nullptr) qx[p] = quantize_into(a, t, x, k, n, &cursor);
-    if (matmul_fused_supported(t, k, n)) {
-      MatmulOut outs[3];
-      int n_outs = 0;
+    MatmulOut outs[3];
+    int n_outs = 0;
+    for (int j = p; j < 3; ++j) {
+      if (a.s(1 + j).type != t) continue;
+      MatmulOut& o = outs[n_outs++];
+      o.w = a.in<void>(1 + j);
+      o.m = a.s(1 + j).ne[1];
+      o.y = planes[j];
+      o.ldy = o.m;
+      o.bias = a.n.p.has_bias ? a.in(4 + j) : nullptr;
+    }
+    if (matmul_fused_serves(t, k, outs, n_outs, n)) {
       for (int j = p; j < 3; ++j) {
         if (a.s(1 + j).type != t) continue;
-        MatmulOut& o = outs[n_outs++];
-        o.w = a.in<void>(1 + j);
-        o.m = a.s(1 + j).ne[1];
-        o.y = planes[j];
-        o.ldy = o.m;
-        o.bias = a.n.p.has_bias ? a.in(4 + j) : nullptr;
         done[j] = true;
         qx[j] = qx[p];
       }
@@ -494,14 +497,14 @@ void op_fused_ffn(const OpArgs& a) {
     launched(swiglu(gate, up, gate, ff * n, a.stream), a);
   }
   const void* qh = quantize_into(a, td, gate, ff, n, &cursor);
-  if (res != nullptr && matmul_fused_supported(td, ff, n)) {
-    MatmulOut o;
-    o.w = a.in<void>(3);
-    o.m = m;
-    o.y = a.out();
-    o.ldy = m;
-    o.residual = res;
-    o.ldr = m;
+  MatmulOut o;
+  o.w = a.in<void>(3);
+  o.m = m;
+  o.y = a.out();
+  o.ldy = m;
+  o.residual = res;
+  o.ldr = m;
+  if (res != nullptr && matmul_fused_serves(td, ff, &o, 1, n)) {
     launched(matmul_fused(td, ff, &o, 1, qh, n, a.stream), a);
     return;
   }

@@ -19,6 +19,7 @@
 #include "cuda/kernels/launch.cuh"
 #include "cuda/kernels/matmul.cuh"
 #include "cuda_matmul_util.h"
+#include "cuda_test_util.h"
 #include "quant/quant.h"
 
 namespace minfer {
@@ -212,7 +213,10 @@ TEST_P(CudaMatmulFused, refuses_malformed_outputs_without_launching) {
   EXPECT_STREQ(cuda::launch_failure()->site, "matmul_fused_bad_args");
   cuda::clear_launch_failure();
   o.ldy = 4;
-  EXPECT_FALSE(cuda::matmul_fused(type, k, &o, 1, dq.get(), 9, stream_)) << "n > 8 has no fused kernel";
+  {
+    test::ScopedEnv gate("MINFER_NO_MMQ", "1");
+    EXPECT_FALSE(cuda::matmul_fused(type, k, &o, 1, dq.get(), 9, stream_)) << "n > 8 without MMQ has no fused kernel";
+  }
   cuda::clear_launch_failure();
   const cuda::MatmulOut four[4] = {o, o, o, o};
   EXPECT_FALSE(cuda::matmul_fused(type, k, four, 4, dq.get(), 1, stream_)) << "more than 3 outputs";

@@ -147,8 +147,34 @@ bool launch_batch(TensorType type, const mm::MmvqBatch& b, const void* qx, cudaS
 
 }  // namespace
 
+bool matmul_fused_serves(TensorType type, int64_t k, const MatmulOut* outs, int n_outs, int64_t n) {
+  if (matmul_fused_supported(type, k, n)) return true;
+  if (outs == nullptr || n_outs < 1 || n_outs > mm::kMmqMaxOutputs || n < mm::kMmqMinTokens || n > kMaxGemmN ||
+      !matmul_supported(type, k, nullptr) || env_flag("MINFER_NO_MMQ"))
+    return false;
+  for (int s = 0; s < n_outs; ++s)
+    if (!mm::mmq_accepts(type, outs[s].w, outs[s].m, n)) return false;
+  return true;
+}
+
 bool matmul_fused(TensorType type, int64_t k, const MatmulOut* outs, int n_outs, const void* qx, int64_t n,
                   cudaStream_t stream) {
+  if (n > 8) {  // prefill: one MMQ grid with the adds in its epilogue
+    if (!matmul_fused_serves(type, k, outs, n_outs, n) || !aligned(qx, 16)) return bad_args("matmul_fused_bad_args");
+    mm::MmqOut mo[mm::kMmqMaxOutputs];
+    for (int s = 0; s < n_outs; ++s) {
+      const MatmulOut& o = outs[s];
+      if (o.y == nullptr || o.ldy < o.m || !aligned(o.y, 4) || (o.residual != nullptr && o.ldr < o.m))
+        return bad_args("matmul_fused_bad_args");
+      mo[s] = mm::MmqOut{o.w, o.m, o.y, o.ldy, o.bias, o.residual, o.ldr};
+    }
+    if (latched("latched_before_matmul")) return false;
+    ActKind kind;
+    mm::act_kind_for(type, &kind);
+    return mm::launch_mmq_batch(type, mo, n_outs, static_cast<int64_t>(row_bytes(type, k)),
+                                mm::act_layout(kind, k, n), qx, stream,
+                                static_cast<int>(env_int("MINFER_CUDA_MMQ_TILE", 0)));
+  }
   mm::MmvqBatch b;
   if (outs == nullptr || n_outs < 1 || n_outs > mm::kMmvqMaxSegments) return bad_args("matmul_fused_bad_args");
   b.n_seg = n_outs;

@@ -77,10 +77,18 @@ struct MatmulOut {
 /// 1 <= n <= 8 (the MMVQ kernels). Otherwise the caller runs matmul() and the adds itself.
 bool matmul_fused_supported(TensorType type, int64_t k, int64_t n);
 
+/// True when matmul_fused serves these outputs for n token columns: matmul_fused_supported
+/// (n <= 8, the MMVQ kernels), or n >= kMmqMinTokens with every weight accepted by MMQ
+/// (mmq_accepts: a quantized type, 16-byte aligned), at most 3 outputs, and MINFER_NO_MMQ unset.
+/// Otherwise the caller runs matmul() and the adds itself.
+bool matmul_fused_serves(TensorType type, int64_t k, const MatmulOut* outs, int n_outs, int64_t n);
+
 /// Up to 3 outputs (weights of one type and row length k, all reading x [k, n]) in ONE launch:
-/// the rows of the outputs form one grid. `qx` is quantize_activations(type, x, k, n). Every
-/// dot product is the bit-identical one of matmul(). Records "matmul_fused_bad_args" and
-/// launches nothing when matmul_fused_supported is false or an output is malformed.
+/// the rows of the outputs form one grid, the bias and residual adds are its epilogue.
+/// `qx` is quantize_activations(type, x, k, n). n <= 8: every dot product is the bit-identical
+/// one of matmul() (MMVQ); n > 8: the MMQ products matmul() computes, with the same bytes as
+/// matmul() followed by the separate adds. Records "matmul_fused_bad_args" and launches nothing
+/// when matmul_fused_serves is false or an output is malformed.
 bool matmul_fused(TensorType type, int64_t k, const MatmulOut* outs, int n_outs, const void* qx, int64_t n,
                   cudaStream_t stream);
 

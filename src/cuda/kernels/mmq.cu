@@ -26,6 +26,17 @@ struct MmqParams {
   int64_t nba;            ///< activation blocks per token row (k / 32 or k / 256)
   float* y;
   int64_t ldy;
+  const float* bias;  ///< [m] added to each output, or null
+  const float* res;   ///< [ldr, n] added after the bias, or null
+  int64_t ldr;
+};
+
+/// Up to kMmqMaxOutputs outputs of one type, k and activations in one grid: blockIdx.y walks
+/// the row tiles of output 0, then 1, then 2.
+struct MmqBatchParams {
+  MmqParams seg[kMmqMaxOutputs];
+  int64_t tiles0, tiles1;  ///< row tiles of outputs 0 and 1
+  int n_seg;
 };
 
 /// Shared-memory regions of the kernel for type T and BN tokens per tile, in bytes from the
@@ -388,15 +399,28 @@ template <TensorType T, int BN>
 constexpr int kMinBlocks = MmqTraits<T>::kKQuant && BN == kMmqWideBN ? 1 : 2;
 
 template <TensorType T, int BN>
-__global__ void __launch_bounds__(kThreads, (kMinBlocks<T, BN>)) mmq_kernel(MmqParams p) {
+__global__ void __launch_bounds__(kThreads, (kMinBlocks<T, BN>)) mmq_kernel(const MmqBatchParams bp) {
   constexpr int NJ = BN / 16;
+  // The output of this row tile (constant indices: a run-time index into a kernel parameter
+  // would copy it to local memory).
+  int64_t tile = blockIdx.y;
+  MmqParams p;
+  if (tile < bp.tiles0) {
+    p = bp.seg[0];
+  } else if (bp.n_seg < 3 || tile < bp.tiles0 + bp.tiles1) {
+    p = bp.seg[1];
+    tile -= bp.tiles0;
+  } else {
+    p = bp.seg[2];
+    tile -= bp.tiles0 + bp.tiles1;
+  }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using Tr = MmqTraits<T>;
   extern __shared__ __align__(16) uint8_t smem[];
   const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
   const Frag f{(warp & 3) * 32, (warp >> 2) * (BN / 2), lane >> 2, lane & 3};
   const int64_t bn = static_cast<int64_t>(blockIdx.x) * BN;
-  const int64_t bm = static_cast<int64_t>(blockIdx.y) * BM;
+  const int64_t bm = tile * BM;
   const int64_t n_stages = (p.k + Tr::kStageK - 1) / Tr::kStageK;
 
   float acc[2][NJ][4];
@@ -438,33 +462,38 @@ __global__ void __launch_bounds__(kThreads, (kMinBlocks<T, BN>)) mmq_kernel(MmqP
       for (int e = 0; e < 4; ++e) {
         const int64_t row = bm + f.wm + 16 * mi + f.g + 8 * (e >> 1);
         const int64_t tok = bn + f.wn + 8 * nj + 2 * f.tq + (e & 1);
-        if (row < p.m && tok < p.n) p.y[row + tok * p.ldy] = acc[mi][nj][e];
+        if (row < p.m && tok < p.n) {  // + bias, then residual + value: the separate adds' roundings
+          float v = acc[mi][nj][e];
+          if (p.bias != nullptr) v = fadd(v, p.bias[row]);
+          if (p.res != nullptr) v = fadd(p.res[row + tok * p.ldr], v);
+          p.y[row + tok * p.ldy] = v;
+        }
       }
 #else
-  (void)p;
+  (void)bp;
   __trap();  // MMQ needs sm_80 (cp.async, ldmatrix, int8 mma.sync); never launched below it
 #endif
 }
 
 template <TensorType T, int BN>
-bool launch_tile(const MmqParams& p, cudaStream_t stream, const char* site) {
+bool launch_tile(const MmqBatchParams& p, int64_t row_tiles, cudaStream_t stream, const char* site) {
   constexpr size_t bytes = MmqSmem<T, BN>::total;
   const void* fn = reinterpret_cast<const void*>(&mmq_kernel<T, BN>);
   if (!smem_opted_in(fn, bytes)) {
     note_launch_failure(site, cudaErrorInvalidConfiguration);  // the opt-in failed at context creation
     return false;
   }
-  const dim3 grid(static_cast<unsigned>((p.n + BN - 1) / BN), static_cast<unsigned>((p.m + BM - 1) / BM));
+  const dim3 grid(static_cast<unsigned>((p.seg[0].n + BN - 1) / BN), static_cast<unsigned>(row_tiles));
   mmq_kernel<T, BN><<<grid, kThreads, bytes, stream>>>(p);
   return MINFER_LAUNCH_CHECK(site);
 }
 
 template <TensorType T>
-bool launch_type(const MmqParams& p, cudaStream_t stream, const char* site, int tile_bn) {
-  switch (tile_bn == 0 ? mmq_tile_tokens(p.m, p.n) : tile_bn) {
-    case kMmqWideBN: return launch_tile<T, kMmqWideBN>(p, stream, site);
-    case kMmqThinBN: return launch_tile<T, kMmqThinBN>(p, stream, site);
-    default: return launch_tile<T, kMmqBN>(p, stream, site);
+bool launch_type(const MmqBatchParams& p, int64_t row_tiles, cudaStream_t stream, const char* site, int tile_bn) {
+  switch (tile_bn == 0 ? mmq_tile_tokens(row_tiles * BM, p.seg[0].n) : tile_bn) {
+    case kMmqWideBN: return launch_tile<T, kMmqWideBN>(p, row_tiles, stream, site);
+    case kMmqThinBN: return launch_tile<T, kMmqThinBN>(p, row_tiles, stream, site);
+    default: return launch_tile<T, kMmqBN>(p, row_tiles, stream, site);
   }
 }
 
@@ -538,31 +567,49 @@ std::span<const SmemOptin> mmq_smem_optins() {
   return list;
 }
 
-bool launch_mmq(TensorType type, const void* w, int64_t m, int64_t row_bytes, const ActLayout& L,
-                const void* acts, float* y, int64_t ldy, cudaStream_t stream, int tile_bn) {
-  if (tile_bn != 0 && tile_bn != kMmqThinBN && tile_bn != kMmqBN && tile_bn != kMmqWideBN) {
+bool launch_mmq_batch(TensorType type, const MmqOut* outs, int n_outs, int64_t row_bytes, const ActLayout& L,
+                      const void* acts, cudaStream_t stream, int tile_bn) {
+  if ((tile_bn != 0 && tile_bn != kMmqThinBN && tile_bn != kMmqBN && tile_bn != kMmqWideBN) || outs == nullptr ||
+      n_outs < 1 || n_outs > kMmqMaxOutputs) {
     note_launch_failure("matmul_bad_args", cudaErrorInvalidValue);
     return false;
   }
   const auto* base = static_cast<const uint8_t*>(acts);
-  MmqParams p{};
-  p.w = static_cast<const uint8_t*>(w);
-  p.m = m;
-  p.row_bytes = row_bytes;
-  p.w_bytes = m * row_bytes;
-  p.qs = reinterpret_cast<const int8_t*>(base + L.qs_off);
-  p.ds = reinterpret_cast<const float2*>(base + L.ds_off);
-  p.dk = reinterpret_cast<const float*>(base + L.ds_off);
-  p.bsums = reinterpret_cast<const int16_t*>(base + L.bsums_off);
-  p.k = L.k;
-  p.n = L.n;
-  p.nba = L.nb;
-  p.y = y;
-  p.ldy = ldy;
-#define MINFER_MMQ_CASE(T, name, block)             \
-  case TensorType::T:                               \
-    p.nbw = L.k / (block);                          \
-    return launch_type<TensorType::T>(p, stream, name, tile_bn);
+  MmqBatchParams bp{};
+  bp.n_seg = n_outs;
+  int64_t row_tiles = 0;
+  for (int i = 0; i < n_outs; ++i) {
+    const MmqOut& o = outs[i];
+    MmqParams& p = bp.seg[i];
+    p.w = static_cast<const uint8_t*>(o.w);
+    p.m = o.m;
+    p.row_bytes = row_bytes;
+    p.w_bytes = o.m * row_bytes;
+    p.qs = reinterpret_cast<const int8_t*>(base + L.qs_off);
+    p.ds = reinterpret_cast<const float2*>(base + L.ds_off);
+    p.dk = reinterpret_cast<const float*>(base + L.ds_off);
+    p.bsums = reinterpret_cast<const int16_t*>(base + L.bsums_off);
+    p.k = L.k;
+    p.n = L.n;
+    p.nba = L.nb;
+    p.y = o.y;
+    p.ldy = o.ldy;
+    p.bias = o.bias;
+    p.res = o.residual;
+    p.ldr = o.ldr;
+    const int64_t tiles = (o.m + BM - 1) / BM;
+    if (i == 0) bp.tiles0 = tiles;
+    if (i == 1) bp.tiles1 = tiles;
+    row_tiles += tiles;
+  }
+  if (row_tiles < 1 || row_tiles > 65535) {
+    note_launch_failure("matmul_bad_args", cudaErrorInvalidValue);
+    return false;
+  }
+#define MINFER_MMQ_CASE(T, name, block)                                 \
+  case TensorType::T:                                                   \
+    for (int i = 0; i < n_outs; ++i) bp.seg[i].nbw = L.k / (block);     \
+    return launch_type<TensorType::T>(bp, row_tiles, stream, name, tile_bn);
   switch (type) {
     MINFER_MMQ_CASE(Q4_0, "mmq_q4_0", 32)
     MINFER_MMQ_CASE(Q4_1, "mmq_q4_1", 32)
@@ -577,6 +624,16 @@ bool launch_mmq(TensorType type, const void* w, int64_t m, int64_t row_bytes, co
 #undef MINFER_MMQ_CASE
   note_launch_failure("matmul_bad_args", cudaErrorInvalidValue);
   return false;
+}
+
+bool launch_mmq(TensorType type, const void* w, int64_t m, int64_t row_bytes, const ActLayout& L,
+                const void* acts, float* y, int64_t ldy, cudaStream_t stream, int tile_bn) {
+  MmqOut o;
+  o.w = w;
+  o.m = m;
+  o.y = y;
+  o.ldy = ldy;
+  return launch_mmq_batch(type, &o, 1, row_bytes, L, acts, stream, tile_bn);
 }
 
 }  // namespace minfer::cuda::mm
