@@ -423,14 +423,16 @@ TEST(CudaMmqApi, accepts_only_quantized_types_with_16_byte_aligned_weights) {
   EXPECT_EQ(cuda::mm::mmq_smem_optins().size(), 3 * std::size(kMmqTypes));  // three token tiles
 }
 
-TEST(CudaMmqApi, token_tile_follows_the_grid_size) {
-  EXPECT_EQ(cuda::mm::mmq_tile_tokens(18944, 512), 128);  // 7B ffn_gate at pp512: 148 x 4 blocks
-  EXPECT_EQ(cuda::mm::mmq_tile_tokens(3584, 512), 128);   // 7B attn_q: 28 x 4 blocks
-  EXPECT_EQ(cuda::mm::mmq_tile_tokens(1536, 512), 64);    // 1.5B attn_q: 12 x 4 too few, 12 x 8 enough
-  EXPECT_EQ(cuda::mm::mmq_tile_tokens(896, 512), 32);     // 0.5B attn_q: 7 x 8 too few
-  EXPECT_EQ(cuda::mm::mmq_tile_tokens(18944, 127), 64);   // fewer tokens than the wide tile
-  EXPECT_EQ(cuda::mm::mmq_tile_tokens(18944, 32), 32);    // one thin tile holds every token
-  EXPECT_EQ(cuda::mm::mmq_tile_tokens(100, 9), 32);
+TEST(CudaMmqApi, token_tile_follows_the_grid_size_and_type) {
+  constexpr TensorType K = TensorType::Q4_K, L = TensorType::Q4_0;
+  EXPECT_EQ(cuda::mm::mmq_tile_tokens(K, 18944, 512), 128);  // 7B ffn_gate at pp512: 148 x 4 blocks
+  EXPECT_EQ(cuda::mm::mmq_tile_tokens(K, 3584, 512), 128);   // 7B attn_q: 28 x 4 blocks
+  EXPECT_EQ(cuda::mm::mmq_tile_tokens(L, 18944, 512), 64);   // legacy types: never the wide tile
+  EXPECT_EQ(cuda::mm::mmq_tile_tokens(K, 1536, 512), 64);    // 1.5B attn_q: 12 x 4 too few, 12 x 8 enough
+  EXPECT_EQ(cuda::mm::mmq_tile_tokens(L, 896, 512), 32);     // 0.5B attn_q: 7 x 8 too few
+  EXPECT_EQ(cuda::mm::mmq_tile_tokens(K, 18944, 127), 64);   // fewer tokens than the wide tile
+  EXPECT_EQ(cuda::mm::mmq_tile_tokens(K, 18944, 32), 32);    // one thin tile holds every token
+  EXPECT_EQ(cuda::mm::mmq_tile_tokens(L, 100, 9), 32);
 }
 
 }  // namespace

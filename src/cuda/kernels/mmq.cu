@@ -490,7 +490,7 @@ bool launch_tile(const MmqBatchParams& p, int64_t row_tiles, cudaStream_t stream
 
 template <TensorType T>
 bool launch_type(const MmqBatchParams& p, int64_t row_tiles, cudaStream_t stream, const char* site, int tile_bn) {
-  switch (tile_bn == 0 ? mmq_tile_tokens(row_tiles * BM, p.seg[0].n) : tile_bn) {
+  switch (tile_bn == 0 ? mmq_tile_tokens(T, row_tiles * BM, p.seg[0].n) : tile_bn) {
     case kMmqWideBN: return launch_tile<T, kMmqWideBN>(p, row_tiles, stream, site);
     case kMmqThinBN: return launch_tile<T, kMmqThinBN>(p, row_tiles, stream, site);
     default: return launch_tile<T, kMmqBN>(p, row_tiles, stream, site);
@@ -518,9 +518,11 @@ bool mmq_supported(TensorType type) {
   }
 }
 
-int mmq_tile_tokens(int64_t m, int64_t n) {
+int mmq_tile_tokens(TensorType type, int64_t m, int64_t n) {
   const int64_t row_tiles = (m + BM - 1) / BM;
-  if (n >= kMmqWideBN && row_tiles * ((n + kMmqWideBN - 1) / kMmqWideBN) >= kMmqTileMinBlocks) return kMmqWideBN;
+  const bool kquant = type == TensorType::Q4_K || type == TensorType::Q5_K || type == TensorType::Q6_K;
+  if (kquant && n >= kMmqWideBN && row_tiles * ((n + kMmqWideBN - 1) / kMmqWideBN) >= kMmqTileMinBlocks)
+    return kMmqWideBN;
   if (n > kMmqThinBN && row_tiles * ((n + kMmqBN - 1) / kMmqBN) >= kMmqTileMinBlocks) return kMmqBN;
   return kMmqThinBN;
 }

@@ -46,17 +46,17 @@ inline constexpr int kMmqWideBN = 128;
 /// kMmqBN for grids too small to fill the GPU (0.5B/1.5B attention projections) and for n <= 32.
 inline constexpr int kMmqThinBN = 32;
 
-/// The fewest thread blocks a grid needs before a wider tile is used (measured on the H200, 132
-/// SMs, 2026-11-30: 7B pp512 at 6,656 t/s with the 64-token tile everywhere, 8,580 with the
-/// 128-token tile everywhere, although its attention and down projections then run 112 blocks,
-/// under one wave).
+/// The fewest thread blocks a grid needs before a wider tile is used (132 SMs).
 inline constexpr int64_t kMmqTileMinBlocks = 96;
 
-/// The token tile launch_mmq uses for m weight rows and n tokens: 128 when n >= 128 and that
-/// grid has >= kMmqTileMinBlocks blocks; else 64 when n > 32 and that grid has as many; else
-/// 32. The per-output arithmetic (k order) is the same for every tile, so the results are
-/// identical bit for bit.
-int mmq_tile_tokens(int64_t m, int64_t n);
+/// The token tile launch_mmq uses for weights of `type` with m rows and n tokens. K-quants: 128
+/// when n >= 128 and that grid has >= kMmqTileMinBlocks blocks; else 64 when n > 32 and that
+/// grid has as many; else 32. Legacy types: never 128. Measured on the H200 (2026-11-30,
+/// `minfer bench -p 512 -r 3`, MINFER_CUDA_MMQ_TILE forcing one tile for the whole model):
+/// 7B Q4_K_M 5,825 / 8,281 / 8,834 t/s with 32 / 64 / 128, 7B Q4_0 6,710 / 8,811 / 8,485,
+/// 0.5B Q4_K_M (mostly Q5_0 tensors) 55,847 / 50,477 / 43,931. The per-output arithmetic (k
+/// order) is the same for every tile, so the results are identical bit for bit.
+int mmq_tile_tokens(TensorType type, int64_t m, int64_t n);
 
 /// The smallest token count matmul() sends to MMQ. Token counts 1..8 stay on the MMVQ kernels,
 /// whose results are bit-identical to the CPU's (matmul.cuh's contract, which multi-token decode
@@ -78,7 +78,7 @@ size_t mmq_smem_bytes(TensorType type);
 
 /// y[j + t * ldy] for j < m, t < L.n; `acts` is the buffer quantize_acts filled for `L` (Q8 for
 /// the legacy types, Q8K for the K-quants); W holds m rows of row_bytes bytes. `tile_bn` picks
-/// the token tile: 0 = mmq_tile_tokens(m, n) decides, 32, 64 or 128 = that tile (tests, A/B runs);
+/// the token tile: 0 = mmq_tile_tokens(type, m, n) decides, 32, 64 or 128 = that tile (tests, A/B runs);
 /// the results are the same bit for bit. Returns false when the launch failed or was refused
 /// (recorded with the site "mmq_<type>"; another tile_bn is refused as "matmul_bad_args");
 /// refuses when the shared-memory opt-in of the kernel did not happen (smem_optin.cuh).
