@@ -9,6 +9,8 @@
 #include <set>
 #include <sys/wait.h>
 
+#include <unistd.h>
+
 #include "convert/synth.h"
 #include "convert/synth_random.h"
 #include "convert/synth_vocab.h"
@@ -28,7 +30,8 @@ struct ScratchDir {
   std::filesystem::path path = flat_temp_dir();
   static std::filesystem::path flat_temp_dir() {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::string name = std::string("minfer_test_") + info->test_suite_name() + "_" + info->name();
+    std::string name = std::string("minfer_test_") + info->test_suite_name() + "_" + info->name() + "_" +
+                       std::to_string(::getpid());
     std::replace(name.begin(), name.end(), '/', '_');
     const auto dir = std::filesystem::temp_directory_path() / name;
     std::filesystem::remove_all(dir);

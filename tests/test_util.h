@@ -6,11 +6,13 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <cstring>
 #include <vector>
+
+#include <unistd.h>
 
 namespace minfer::test {
 
@@ -47,8 +49,9 @@ inline std::vector<float> read_f32(const std::filesystem::path& p) {
 /// A scratch directory unique to the running test, removed and recreated on each call.
 inline std::filesystem::path temp_dir() {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  auto dir = std::filesystem::temp_directory_path() /
-             (std::string("minfer_test_") + info->test_suite_name() + "_" + info->name());
+  // The process id keeps two test runs at once (two checkouts, ctest -j) out of each other's files.
+  auto dir = std::filesystem::temp_directory_path() / (std::string("minfer_test_") + info->test_suite_name() + "_" +
+                                                       info->name() + "_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
