@@ -330,7 +330,8 @@ __global__ void __launch_bounds__(kAttnDecodeThreads)
     const float* po = part_o + r * n_splits * hd;
     for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
       float o = 0.0f;
-#pragma unroll 4
+      // Unrolled so that the partial loads of 16 ranges are in flight together.
+#pragma unroll 16
       for (int64_t s = 0; s < n_splits; ++s) o = fmaf(po[s * hd + d], w_s[s], o);
       out[r * hd + d] = mx == -INFINITY ? 0.0f : o / sum;
     }
