@@ -78,9 +78,10 @@ TEST_P(CudaAttnDecodeContexts, MatchesTheCpuAtEveryPhaseEdgeWithMaskedCellsPoiso
       const int64_t n_kv = rounded ? (ctx + 255) / 256 * 256 : ctx;
       const AttnCase c{"context", sh.nt, sh.n_head, sh.n_head_kv, sh.hd, n_kv, n_kv};
       const AttnData d = context_data(ctx, n_kv, sh.nt);
-      const auto q = random_floats(static_cast<size_t>(sh.hd * sh.n_head * sh.nt), 301 + static_cast<uint32_t>(run));
-      auto kb = region_bytes(type, sh.n_head_kv * sh.hd, n_kv, 302 + static_cast<uint32_t>(run));
-      auto vb = region_bytes(type, sh.n_head_kv * sh.hd, n_kv, 303 + static_cast<uint32_t>(run));
+      const auto seed = static_cast<uint32_t>(300 + 3 * run);
+      const auto q = random_floats(static_cast<size_t>(sh.hd * sh.n_head * sh.nt), seed);
+      auto kb = region_bytes(type, sh.n_head_kv * sh.hd, n_kv, seed + 1);
+      auto vb = region_bytes(type, sh.n_head_kv * sh.hd, n_kv, seed + 2);
       const size_t rb = row_bytes(type, sh.n_head_kv * sh.hd);
       const int32_t last_pos = d.pos.back();
       for (int64_t cell = 0; cell < n_kv; ++cell) {
@@ -88,12 +89,13 @@ TEST_P(CudaAttnDecodeContexts, MatchesTheCpuAtEveryPhaseEdgeWithMaskedCellsPoiso
         std::memset(kb.data() + static_cast<size_t>(cell) * rb, 0xFF, rb);
         std::memset(vb.data() + static_cast<size_t>(cell) * rb, 0xFF, rb);
       }
+      const cuda::AttnShape shape{sh.nt, sh.n_head, sh.n_head_kv, sh.hd, n_kv};
       const std::string what = std::string(type_name(type)) + " ctx " + std::to_string(ctx) + " window " +
                                std::to_string(n_kv) + " heads " + std::to_string(sh.n_head) + "/" +
                                std::to_string(sh.n_head_kv) + " hd " + std::to_string(sh.hd) + " nt " +
-                               std::to_string(sh.nt) + " splits " +
-                               std::to_string(cuda::attn_decode_plan({sh.nt, sh.n_head, sh.n_head_kv, sh.hd, n_kv}, 132).n_splits);
-      ASSERT_STREQ(cuda::attn_decode_unsupported({sh.nt, sh.n_head, sh.n_head_kv, sh.hd, n_kv}, type), "") << what;
+                               std::to_string(sh.nt) + " ranges (132 SMs) " +
+                               std::to_string(cuda::attn_decode_plan(shape, 132).n_splits);
+      ASSERT_STREQ(cuda::attn_decode_unsupported(shape, type), "") << what;
       const auto make = [&] { return test::attn_graph(c, type, d, q, kb, vb); };
       const auto want = as_floats(test::run_graph(make, graph::BackendKind::Cpu, cpu, nullptr).outputs[0]);
       const auto got = as_floats(test::run_graph(make, graph::BackendKind::Cuda, cpu, &dev).outputs[0]);

@@ -126,6 +126,12 @@ __global__ void __launch_bounds__(kAttnDecodeThreads) attn_decode_kernel(DecodeP
   constexpr int NS = kWarps * P;   // streams of the block
   constexpr int HD = 8 * L;        // dimensions the lanes of a stream cover (>= head_dim)
   constexpr int U = unroll_for<T>();
+  constexpr int kLogL = L == 4 ? 2 : L == 8 ? 3 : L == 16 ? 4 : 5;
+  constexpr int kLogGM = GM == 2 ? 1 : GM == 4 ? 2 : 3;
+  constexpr int kScatter = kLogGM < kLogL ? kLogGM : kLogL;  // reduce-scatter levels
+  constexpr int kLeft = GM >> kScatter;                        // heads a lane holds at the end
+  constexpr int kWriterMask = (L >> kScatter) - 1;             // lanes that write: j & mask == 0
+  static_assert((1 << kLogL) == L && (1 << kLogGM) == GM, "attn_decode_kernel: L and GM powers of 2");
   static_assert(GM * HD <= kRedFloats, "attn_decode_kernel: head slice too wide for sm_red");
   __shared__ int sm_cell[kChunkMax];         // visible cells, offsets from the range's first
   __shared__ float sm_p[GM][kChunkMax];      // scores, then exp(score - max)
@@ -205,16 +211,41 @@ __global__ void __launch_bounds__(kAttnDecodeThreads) attn_decode_kernel(DecodeP
       const int v = base + u * NS + sid;
       float kf[8];
       kr[u].to_float(kf);
+      float d[GM];  // this lane's partial dots, one per head (0 for heads past gn: q is 0)
 #pragma unroll
       for (int g = 0; g < GM; ++g) {
-        if (g < gn) {  // block-uniform: the shuffles below see the whole warp
-          float d = 0.0f;
+        d[g] = 0.0f;
 #pragma unroll
-          for (int i = 0; i < 8; ++i) d = fmaf(q[g][i], kf[i], d);
+        for (int i = 0; i < 8; ++i) d[g] = fmaf(q[g][i], kf[i], d[g]);
+      }
+      // Reduce-scatter over the L lanes of the cell: at the level of offset o the lanes with
+      // bit o keep the upper half of their heads and send the lower half (and the others the
+      // reverse): 8 shuffles for L = 16 and GM = 8, where a butterfly per head takes 32. The
+      // levels left once one head remains are plain butterfly sums. Then lane j holds the
+      // totals of heads head0 .. head0 + kLeft - 1, and the lanes with the low bits of j clear
+      // (kWriterMask) write them.
+      int head0 = 0;
 #pragma unroll
-          for (int o = L / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xFFFFFFFFu, d, o);
-          if (j == 0 && v < n_vis) sm_p[g][v] = d * scale;
+      for (int lv = 0; lv < kLogL; ++lv) {
+        const int o = L >> (lv + 1);
+        const int c = GM >> lv;  // heads a lane still holds at this level (compile time)
+        if (c > 1) {
+          const bool up = (j & o) != 0;
+#pragma unroll
+          for (int i = 0; i < c / 2; ++i) {
+            const float send = up ? d[i] : d[i + c / 2];
+            const float keep = up ? d[i + c / 2] : d[i];
+            d[i] = keep + __shfl_xor_sync(0xFFFFFFFFu, send, o);
+          }
+          head0 += up ? c / 2 : 0;
+        } else {
+          d[0] += __shfl_xor_sync(0xFFFFFFFFu, d[0], o);
         }
+      }
+      if ((j & kWriterMask) == 0 && v < n_vis) {
+#pragma unroll
+        for (int i = 0; i < kLeft; ++i)
+          if (head0 + i < gn) sm_p[head0 + i][v] = d[i] * scale;
       }
     }
   }

@@ -12,10 +12,11 @@
 // every visible cell for every head of the slice: L lanes share a cell (L = 4, 8, 16 or 32, the
 // smallest with 8 L >= head_dim), lane j holding dimensions 8j .. 8j+7 (one 16-byte load of f16,
 // two of f32, a 2-byte scale and four 2-byte loads of q8_0), so the block scores 8 * 32 / L cells
-// at once with up to 8 (f32: 4) such loads per lane in flight; (B) one warp per head takes the
-// maximum over the range and turns the scores into p = exp(score - max) and their sum; (C) the
-// same lanes accumulate p * V, then the streams of a warp are summed by shuffles and the warps in
-// warp order through shared memory.
+// at once with up to 8 (f32: 4) such loads per lane in flight, the lanes' partial dots of the
+// heads summed by a reduce-scatter (8 shuffles for 16 lanes and 8 heads, not 32); (B) one warp
+// per head takes the maximum over the range and turns the scores into p = exp(score - max) and
+// their sum; (C) the same lanes accumulate p * V, then the streams of a warp are summed by
+// shuffles and the warps in warp order through shared memory.
 //
 // Determinism: the plan (attn_decode_plan) depends on the window, the head counts, head_dim and
 // the SM count, never on the token count, and each token's blocks compute alone, so a token's
