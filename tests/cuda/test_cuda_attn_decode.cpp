@@ -80,7 +80,7 @@ TEST_P(CudaAttnDecode, MatchesTheCpuOnLongWindowsWideGroupsAndEveryLaneWidth) {
       {{"hd 96 (16 lanes, 4 idle)", 1, 6, 3, 96, 300, 300}, 1},
       {{"hd 32 mha (4 lanes), nt=4", 4, 4, 4, 32, 100, 64}, 2},
       {{"one visible cell", 1, 4, 2, 64, 64, 18}, 1},
-      {{"50 cells, 33 used (two ranges of 25)", 1, 14, 2, 64, 64, 50}, 1},
+      {{"50 cells, 33 used (one range)", 1, 14, 2, 64, 64, 50}, 1},
   };
   for (const Case& k : cases) EXPECT_TRUE(matches_cpu(k.c, type, k.n_seq));
   if (type != TensorType::Q8_0) {  // the CPU stores q8_0 only for head_dim a multiple of 32
@@ -108,8 +108,13 @@ TEST_P(CudaAttnDecode, ForcedRangeSizesStayWithinTolerance) {
     EXPECT_TRUE(matches_cpu(c, type, 2)) << "ranges of 7 cells";
   }
   {
-    test::ScopedEnv env("MINFER_CUDA_ATTN_CHUNK", "100000");  // one range: the output is written directly
-    EXPECT_TRUE(matches_cpu(c, type, 2)) << "one range";
+    test::ScopedEnv env("MINFER_CUDA_ATTN_CHUNK", "100000");  // clamped to the largest ranges (256 cells)
+    EXPECT_TRUE(matches_cpu(c, type, 2)) << "largest ranges";
+  }
+  {
+    const AttnCase c1{"1.5B shape, 250 cells, nt=2", 2, 12, 2, 128, 256, 250};
+    test::ScopedEnv env("MINFER_CUDA_ATTN_CHUNK", "0");  // one range: the output is written directly
+    EXPECT_TRUE(matches_cpu(c1, type, 2)) << "one range";
   }
 }
 
@@ -157,7 +162,7 @@ TEST(CudaAttnDecode, PlanIsIndependentOfTheTokenCountAndCoversTheWindow) {
   const Shape shapes[] = {{12, 2, 128, 16, 1, 6}, {28, 4, 128, 16, 1, 7}, {14, 2, 64, 8, 1, 7},
                           {32, 8, 128, 16, 1, 4}, {16, 1, 128, 16, 2, 8}, {12, 1, 64, 8, 2, 6},
                           {6, 2, 256, 32, 1, 3},  {4, 4, 32, 4, 1, 1},    {4, 2, 8, 4, 1, 2},
-                          {9, 1, 96, 16, 2, 5}};
+                          {9, 1, 96, 16, 2, 5},   {8, 1, 256, 32, 2, 4}};
   for (const Shape& sh : shapes) {
     for (int64_t n_kv : {1, 18, 31, 32, 33, 256, 700, 4096, 32768, 131072}) {
       for (int64_t override_chunk : {0, 7, 100000}) {

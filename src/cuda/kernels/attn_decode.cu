@@ -11,15 +11,26 @@ namespace minfer::cuda {
 namespace {
 
 constexpr int kWarps = kAttnDecodeThreads / 32;
-/// Fewest cells per range: a stream then sees at least 32 / NS cells (2-8 steps).
-constexpr int64_t kMinChunk = 32;
+/// Most cells per range: phase 0 gives every thread one cell, sm_p holds a score per cell.
+constexpr int kChunkMax = kAttnDecodeThreads;
+/// Fewest cells per range once the window is cut (a window of <= kChunkMax cells is one range).
+constexpr int64_t kMinChunk = 64;
 /// Blocks per SM the plan aims for (per token) before it stops cutting the window.
-constexpr int64_t kBlocksPerSm = 4;
+constexpr int64_t kBlocksPerSm = 2;
+/// Floats of one warp's output partial (heads of the slice x 8 L dimensions).
+constexpr int kRedFloats = 1024;
 
 size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 
 /// Lanes per cell: the smallest of 4, 8, 16, 32 whose 8 elements per lane cover head_dim.
 int lanes_for(int64_t hd) { return hd <= 32 ? 4 : hd <= 64 ? 8 : hd <= 128 ? 16 : 32; }
+
+/// Query heads a block can take for this head_dim: kAttnDecodeMaxHeads, fewer where 8 L
+/// dimensions per head would overflow a warp's kRedFloats partial (4 for head_dim > 128).
+int64_t max_heads_for(int64_t hd) {
+  const int64_t by_red = kRedFloats / (8 * lanes_for(hd));
+  return by_red < kAttnDecodeMaxHeads ? by_red : kAttnDecodeMaxHeads;
+}
 
 // ---- 8 consecutive elements of one KV row: raw registers, then floats -----------------------
 
@@ -95,20 +106,43 @@ struct DecodeParams {
   float* part_ml;  // [n_tok][n_head][n_splits][2] (max, sum)
 };
 
-// grid (n_splits, n_head_kv * head_slices, n_tok); block kAttnDecodeThreads.
-// L lanes per cell, GM the register capacity in query heads (>= heads_per_slice).
+/// Cells of one step of a stream: U independent loads in flight before any is used.
+template <TensorType T>
+constexpr int unroll_for() { return T == TensorType::F32 ? 4 : 8; }
+
+// grid (n_splits, n_head_kv * head_slices, n_tok); block kAttnDecodeThreads (kWarps warps).
+// L lanes per cell, GM the register capacity in query heads (>= heads_per_slice), GM * 8 L <=
+// kRedFloats. Phases, separated by barriers (every barrier is reached by every thread):
+//   0  thread i tests cell begin + i (range <= kThreads cells) and the visible cells are
+//      compacted in cell order into sm_cell (ballot + popc per warp, warp offsets in order);
+//   A  scores: stream s scores visible cells s, s + NS, ... (U per step, loads first), for all
+//      the heads of the slice; the L lanes of a cell sum their partial dots by shuffles;
+//   B  one warp per head: max over the range, p = exp(score - max) in place, sum of p;
+//   C  stream s accumulates p * V over the same cells (its first V loads are issued before B);
+//      the streams of a warp are summed by shuffles, the warps in warp order in shared memory.
 template <TensorType T, int L, int GM>
 __global__ void __launch_bounds__(kAttnDecodeThreads) attn_decode_kernel(DecodeParams p) {
   constexpr int P = 32 / L;        // cells a warp scores per step
   constexpr int NS = kWarps * P;   // streams of the block
   constexpr int HD = 8 * L;        // dimensions the lanes of a stream cover (>= head_dim)
-  __shared__ float sm_acc[NS][GM][HD];
-  __shared__ float sm_m[NS][GM], sm_l[NS][GM], sm_w[NS][GM];
+  constexpr int U = unroll_for<T>();
+  constexpr int kLogL = L == 4 ? 2 : L == 8 ? 3 : L == 16 ? 4 : 5;
+  constexpr int kLogGM = GM == 2 ? 1 : GM == 4 ? 2 : 3;
+  constexpr int kScatter = kLogGM < kLogL ? kLogGM : kLogL;  // reduce-scatter levels
+  constexpr int kLeft = GM >> kScatter;                        // heads a lane holds at the end
+  constexpr int kWriterMask = (L >> kScatter) - 1;             // lanes that write: j & mask == 0
+  static_assert((1 << kLogL) == L && (1 << kLogGM) == GM, "attn_decode_kernel: L and GM powers of 2");
+  static_assert(GM * HD <= kRedFloats, "attn_decode_kernel: head slice too wide for sm_red");
+  __shared__ int sm_cell[kChunkMax];         // visible cells, offsets from the range's first
+  __shared__ float sm_p[GM][kChunkMax];      // scores, then exp(score - max)
+  __shared__ float sm_red[kWarps][GM * HD];  // per-warp output partials
+  __shared__ float sm_stat[GM][2];           // max, sum per head
+  __shared__ int sm_count[kWarps];
 
-  const int lane = static_cast<int>(threadIdx.x & 31), warp = static_cast<int>(threadIdx.x >> 5);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int lane = tid & 31, warp = tid >> 5;
   const int sub = lane / L, j = lane % L;
-  const int sid = warp * P + sub;
-  const int64_t hd = p.s.head_dim, n_head = p.s.n_head, n_kv = p.s.n_kv;
+  const int64_t hd = p.s.head_dim, n_head = p.s.n_head;
   const bool dim_ok = 8 * j < hd;  // head_dim % 8 == 0: a lane holds all 8 or none
   const int64_t split = blockIdx.x;
   const int64_t kvh = blockIdx.y / p.head_slices, slice = blockIdx.y % p.head_slices;
@@ -118,10 +152,15 @@ __global__ void __launch_bounds__(kAttnDecodeThreads) attn_decode_kernel(DecodeP
   const int gn = static_cast<int>(p.heads_per_slice < group - g0 ? p.heads_per_slice : group - g0);
   const int64_t h0 = kvh * group + g0;  // first query head of the block
   const int64_t c_begin = split * p.chunk;
-  const int64_t c_end = c_begin + p.chunk < n_kv ? c_begin + p.chunk : n_kv;
-  const int32_t pos_t = p.a.pos[t], seq_t = p.a.seq[t];
-  const float scale = p.a.scale;
+  const int len = static_cast<int>((c_begin + p.chunk < p.s.n_kv ? c_begin + p.chunk : p.s.n_kv) - c_begin);
 
+  // Phase 0: visibility of cell c_begin + tid, compacted in cell order.
+  bool vis = false;
+  if (tid < len) {
+    const int32_t cp = __ldg(p.a.kv_pos + c_begin + tid), cs = __ldg(p.a.kv_seq + c_begin + tid);
+    vis = cp >= 0 && cs == p.a.seq[t] && cp <= p.a.pos[t];
+  }
+  // q of this lane's dimensions for the heads of the slice (loads fly during the compaction).
   float q[GM][8];
 #pragma unroll
   for (int g = 0; g < GM; ++g) {
@@ -133,99 +172,159 @@ __global__ void __launch_bounds__(kAttnDecodeThreads) attn_decode_kernel(DecodeP
       for (int i = 0; i < 8; ++i) q[g][i] = qg[i];
     }
   }
-  float m[GM], l[GM], acc[GM][8];
+  const unsigned ballot = __ballot_sync(0xFFFFFFFFu, vis);
+  if (lane == 0) sm_count[warp] = __popc(ballot);
+  __syncthreads();
+  int n_vis = 0, offset = 0;
 #pragma unroll
-  for (int g = 0; g < GM; ++g) {
-    m[g] = -INFINITY;
-    l[g] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) acc[g][i] = 0.0f;
+  for (int w = 0; w < kWarps; ++w) {
+    const int cw = sm_count[w];
+    offset += w < warp ? cw : 0;
+    n_vis += cw;
   }
+  if (vis) sm_cell[offset + __popc(ballot & ((1u << lane) - 1u))] = tid;
+  __syncthreads();
 
-  const auto* kbase = static_cast<const uint8_t*>(p.a.k);
-  const auto* vbase = static_cast<const uint8_t*>(p.a.v);
+  const auto* kbase = static_cast<const uint8_t*>(p.a.k) + static_cast<size_t>(c_begin) * p.a.row_bytes;
+  const auto* vbase = static_cast<const uint8_t*>(p.a.v) + static_cast<size_t>(c_begin) * p.a.row_bytes;
   const int64_t e0 = kvh * hd + 8 * j;  // this lane's first element in a row
   const size_t rb = p.a.row_bytes;
-
-  // Loads of one cell (in range or not: out-of-range cells are masked and read nothing).
-  KvVec<T> nk, nv;
-  int32_t npos = -1, nseq = 0;
-  const auto load = [&](int64_t cell) {
-    npos = -1;
-    nseq = 0;
-    nk.zero();
-    nv.zero();
-    if (cell < c_end) {
-      npos = __ldg(p.a.kv_pos + cell);
-      nseq = __ldg(p.a.kv_seq + cell);
-      if (dim_ok) {
-        nk.load(kbase + static_cast<size_t>(cell) * rb, e0);
-        nv.load(vbase + static_cast<size_t>(cell) * rb, e0);
-      }
+  const int sid = warp * P + sub;       // this lane's stream
+  // Loads the rows (K or V) of the U cells of the step at `base` for this lane's stream; an
+  // invisible slot (past n_vis) or an idle lane loads nothing and holds zeros.
+  const auto load_step = [&](const uint8_t* region, int base, KvVec<T>* r) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int v = base + u * NS + sid;
+      r[u].zero();
+      if (v < n_vis && dim_ok) r[u].load(region + static_cast<size_t>(sm_cell[v]) * rb, e0);
     }
   };
 
-  // Warp-uniform loop: the warp's P cells are base .. base + P - 1, stream `sub` takes base + sub.
-  int64_t base = c_begin + warp * P;
-  load(base + sub);
-  for (; base < c_end; base += NS) {
-    const KvVec<T> ck = nk, cv = nv;
-    const int32_t cpos = npos, cseq = nseq;
-    if (base + NS < c_end) load(base + NS + sub);  // the next step's loads fly during this one
-    const bool visible = cpos >= 0 && cseq == seq_t && cpos <= pos_t;
-    float kf[8], vf[8];
-    ck.to_float(kf);
-    cv.to_float(vf);
+  // Phase A: scores.
+  const float scale = p.a.scale;
+  for (int base = 0; base < n_vis; base += U * NS) {  // block-uniform
+    KvVec<T> kr[U];
+    load_step(kbase, base, kr);
 #pragma unroll
-    for (int g = 0; g < GM; ++g) {
-      float d = 0.0f;
+    for (int u = 0; u < U; ++u) {
+      const int v = base + u * NS + sid;
+      float kf[8];
+      kr[u].to_float(kf);
+      float d[GM];  // this lane's partial dots, one per head (0 for heads past gn: q is 0)
 #pragma unroll
-      for (int i = 0; i < 8; ++i) d = fmaf(q[g][i], kf[i], d);
+      for (int g = 0; g < GM; ++g) {
+        d[g] = 0.0f;
 #pragma unroll
-      for (int o = L / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xFFFFFFFFu, d, o);
-      const float sc = d * scale;
-      // A masked cell's score is never used (select, not arithmetic: its K/V may be NaN bytes).
-      if (visible && g < gn && sc != -INFINITY) {
-        const float m_new = fmaxf(m[g], sc);
-        const float alpha = m[g] == m_new ? 1.0f : expf(m[g] - m_new);
-        const float pr = expf(sc - m_new);
-        l[g] = fmaf(l[g], alpha, pr);
+        for (int i = 0; i < 8; ++i) d[g] = fmaf(q[g][i], kf[i], d[g]);
+      }
+      // Reduce-scatter over the L lanes of the cell: at the level of offset o the lanes with
+      // bit o keep the upper half of their heads and send the lower half (and the others the
+      // reverse): 8 shuffles for L = 16 and GM = 8, where a butterfly per head takes 32. The
+      // levels left once one head remains are plain butterfly sums. Then lane j holds the
+      // totals of heads head0 .. head0 + kLeft - 1, and the lanes with the low bits of j clear
+      // (kWriterMask) write them.
+      int head0 = 0;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) acc[g][i] = fmaf(acc[g][i], alpha, pr * vf[i]);
-        m[g] = m_new;
+      for (int lv = 0; lv < kLogL; ++lv) {
+        const int o = L >> (lv + 1);
+        const int c = GM >> lv;  // heads a lane still holds at this level (compile time)
+        if (c > 1) {
+          const bool up = (j & o) != 0;
+#pragma unroll
+          for (int i = 0; i < c / 2; ++i) {
+            const float send = up ? d[i] : d[i + c / 2];
+            const float keep = up ? d[i + c / 2] : d[i];
+            d[i] = keep + __shfl_xor_sync(0xFFFFFFFFu, send, o);
+          }
+          head0 += up ? c / 2 : 0;
+        } else {
+          d[0] += __shfl_xor_sync(0xFFFFFFFFu, d[0], o);
+        }
+      }
+      if ((j & kWriterMask) == 0 && v < n_vis) {
+#pragma unroll
+        for (int i = 0; i < kLeft; ++i)
+          if (head0 + i < gn) sm_p[head0 + i][v] = d[i] * scale;
       }
     }
   }
+  // The first step's V rows fly during phase B.
+  KvVec<T> vr[U];
+  load_step(vbase, 0, vr);
+  __syncthreads();
 
-  // Merge the streams in stream order.
+  // Phase B: softmax statistics, one warp per head. A -inf score (never produced by finite
+  // rows) contributes nothing; a range with no finite score has max -inf and sum 0.
+  for (int g = warp; g < gn; g += kWarps) {
+    float mx = -INFINITY;
+    for (int v = lane; v < n_vis; v += 32) mx = fmaxf(mx, sm_p[g][v]);
+    mx = warp_max(mx);
+    float sum = 0.0f;
+    for (int v = lane; v < n_vis; v += 32) {
+      const float s = sm_p[g][v];
+      const float e = s == -INFINITY ? 0.0f : expf(s - mx);
+      sm_p[g][v] = e;
+      sum += e;
+    }
+    sum = warp_sum(sum);
+    if (lane == 0) {
+      sm_stat[g][0] = mx;
+      sm_stat[g][1] = sum;
+    }
+  }
+  __syncthreads();
+
+  // Phase C: p * V.
+  float acc[GM][8];
 #pragma unroll
   for (int g = 0; g < GM; ++g) {
-    if (j == 0) {
-      sm_m[sid][g] = m[g];
-      sm_l[sid][g] = l[g];
-    }
 #pragma unroll
-    for (int i = 0; i < 8; ++i) sm_acc[sid][g][8 * j + i] = acc[g][i];
+    for (int i = 0; i < 8; ++i) acc[g][i] = 0.0f;
   }
-  __syncthreads();
-  for (int idx = static_cast<int>(threadIdx.x); idx < GM * NS; idx += kAttnDecodeThreads) {
-    const int g = idx / NS, s = idx % NS;
-    float mx = -INFINITY;
-    for (int r = 0; r < NS; ++r) mx = fmaxf(mx, sm_m[r][g]);
-    const float ms = sm_m[s][g];
-    sm_w[s][g] = ms == -INFINITY ? 0.0f : expf(ms - mx);
-  }
-  __syncthreads();
-  for (int64_t idx = threadIdx.x; idx < gn * hd; idx += kAttnDecodeThreads) {
-    const int g = static_cast<int>(idx / hd);
-    const int64_t d = idx % hd;
-    float mx = -INFINITY, sum = 0.0f, o = 0.0f;
-    for (int s = 0; s < NS; ++s) {
-      const float w = sm_w[s][g];
-      mx = fmaxf(mx, sm_m[s][g]);
-      sum = fmaf(sm_l[s][g], w, sum);
-      o = fmaf(sm_acc[s][g][d], w, o);
+  for (int base = 0; base < n_vis; base += U * NS) {  // block-uniform
+    if (base > 0) load_step(vbase, base, vr);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int v = base + u * NS + sid;
+      if (v < n_vis) {
+        float vf[8];
+        vr[u].to_float(vf);
+#pragma unroll
+        for (int g = 0; g < GM; ++g) {
+          if (g < gn) {
+            const float pr = sm_p[g][v];
+#pragma unroll
+            for (int i = 0; i < 8; ++i) acc[g][i] = fmaf(pr, vf[i], acc[g][i]);
+          }
+        }
+      }
     }
+  }
+  // Streams of a warp (lanes j, j + L, ...), then warps in order.
+#pragma unroll
+  for (int g = 0; g < GM; ++g) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+#pragma unroll
+      for (int o = L; o < 32; o <<= 1) acc[g][i] += __shfl_xor_sync(0xFFFFFFFFu, acc[g][i], o);
+    }
+  }
+  if (sub == 0) {
+#pragma unroll
+    for (int g = 0; g < GM; ++g) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) sm_red[warp][g * HD + 8 * j + i] = acc[g][i];
+    }
+  }
+  __syncthreads();
+  for (int idx = tid; idx < GM * HD; idx += kAttnDecodeThreads) {
+    const int g = idx / HD, d = idx % HD;
+    if (g >= gn || d >= hd) continue;
+    float o = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) o += sm_red[w][idx];
+    const float mx = sm_stat[g][0], sum = sm_stat[g][1];
     const int64_t row = t * n_head + h0 + g;
     if (p.n_splits == 1) {
       p.a.out[row * hd + d] = mx == -INFINITY ? 0.0f : o / sum;  // no visible cell: zeros
@@ -262,7 +361,8 @@ __global__ void __launch_bounds__(kAttnDecodeThreads)
     const float* po = part_o + r * n_splits * hd;
     for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
       float o = 0.0f;
-#pragma unroll 4
+      // Unrolled so that the partial loads of 16 ranges are in flight together.
+#pragma unroll 16
       for (int64_t s = 0; s < n_splits; ++s) o = fmaf(po[s * hd + d], w_s[s], o);
       out[r * hd + d] = mx == -INFINITY ? 0.0f : o / sum;
     }
@@ -274,9 +374,15 @@ template <TensorType T, int L>
 bool launch_split(const DecodeParams& dp, int gm, cudaStream_t stream, const char* site) {
   const dim3 grid(static_cast<unsigned>(dp.n_splits), static_cast<unsigned>(dp.s.n_head_kv * dp.head_slices),
                   static_cast<unsigned>(dp.s.n_tok));
-  if (gm <= 2) attn_decode_kernel<T, L, 2><<<grid, kAttnDecodeThreads, 0, stream>>>(dp);
-  else if (gm <= 4) attn_decode_kernel<T, L, 4><<<grid, kAttnDecodeThreads, 0, stream>>>(dp);
-  else attn_decode_kernel<T, L, 8><<<grid, kAttnDecodeThreads, 0, stream>>>(dp);
+  if (gm <= 2) {
+    attn_decode_kernel<T, L, 2><<<grid, kAttnDecodeThreads, 0, stream>>>(dp);
+  } else if (gm <= 4) {
+    attn_decode_kernel<T, L, 4><<<grid, kAttnDecodeThreads, 0, stream>>>(dp);
+  } else if constexpr (8 * 8 * L <= kRedFloats) {
+    attn_decode_kernel<T, L, 8><<<grid, kAttnDecodeThreads, 0, stream>>>(dp);
+  } else {
+    return false;  // attn_decode checked heads_per_slice <= max_heads_for(head_dim)
+  }
   return MINFER_LAUNCH_CHECK(site);
 }
 
@@ -301,8 +407,10 @@ const char* attn_decode_unsupported(const AttnShape& s, TensorType kv_type) {
   if (s.head_dim % 8 != 0) return "the decode kernels need head_dim a multiple of 8";
   if (kv_type == TensorType::Q8_0 && s.head_dim % 32 != 0)
     return "the decode kernels need head_dim a multiple of 32 for q8_0 KV";
-  if (s.n_head_kv * ((s.n_head / s.n_head_kv + kAttnDecodeMaxHeads - 1) / kAttnDecodeMaxHeads) > kMaxGridYZ)
+  const int64_t max_heads = max_heads_for(s.head_dim);
+  if (s.n_head_kv * ((s.n_head / s.n_head_kv + max_heads - 1) / max_heads) > kMaxGridYZ)
     return "too many KV heads for the decode grid";
+  if (s.n_kv > kChunkMax * kAttnDecodeMaxSplits) return "the decode kernels take windows of at most 262144 cells";
   return "";
 }
 
@@ -312,19 +420,21 @@ AttnDecodePlan attn_decode_plan(const AttnShape& s, int sm_count, int64_t chunk_
   const int64_t n_kv = s.n_kv > 0 ? s.n_kv : 1;
   const int64_t group = s.n_head_kv > 0 && s.n_head >= s.n_head_kv ? s.n_head / s.n_head_kv : 1;
   p.lanes = lanes_for(s.head_dim);
-  p.head_slices = (group + kAttnDecodeMaxHeads - 1) / kAttnDecodeMaxHeads;
+  const int64_t max_heads = max_heads_for(s.head_dim);
+  p.head_slices = (group + max_heads - 1) / max_heads;
   p.heads_per_slice = (group + p.head_slices - 1) / p.head_slices;
   const int64_t blocks_per_range = (s.n_head_kv > 0 ? s.n_head_kv : 1) * p.head_slices;
-  int64_t splits = (kBlocksPerSm * sms + blocks_per_range - 1) / blocks_per_range;
-  const int64_t by_window = (n_kv + kMinChunk - 1) / kMinChunk;
-  if (splits > by_window) splits = by_window;
-  if (splits > kAttnDecodeMaxSplits) splits = kAttnDecodeMaxSplits;
-  if (splits < 1) splits = 1;
-  p.chunk = (n_kv + splits - 1) / splits;
-  if (chunk_override > 0) {
-    const int64_t fewest = (n_kv + kAttnDecodeMaxSplits - 1) / kAttnDecodeMaxSplits;
-    p.chunk = chunk_override > fewest ? chunk_override : fewest;
+  if (n_kv <= kChunkMax) {
+    p.chunk = n_kv;  // one range: one launch, no combine
+  } else {
+    const int64_t splits = (kBlocksPerSm * sms + blocks_per_range - 1) / blocks_per_range;
+    p.chunk = (n_kv + splits - 1) / splits;
+    if (p.chunk < kMinChunk) p.chunk = kMinChunk;
+    if (p.chunk > kChunkMax) p.chunk = kChunkMax;
   }
+  const int64_t fewest = (n_kv + kAttnDecodeMaxSplits - 1) / kAttnDecodeMaxSplits;
+  if (chunk_override > 0) p.chunk = chunk_override < kChunkMax ? chunk_override : kChunkMax;
+  if (p.chunk < fewest) p.chunk = fewest;  // windows over kChunkMax * kMaxSplits are refused
   p.n_splits = (n_kv + p.chunk - 1) / p.chunk;
   const auto rows = static_cast<size_t>(s.n_tok * s.n_head * p.n_splits);
   p.scratch_bytes = p.n_splits == 1 ? 0
@@ -338,7 +448,8 @@ bool attn_decode(TensorType kv_type, const AttnShape& s, const AttnDecodePlan& p
   if (s.n_tok <= 0) return true;
   if (*attn_decode_unsupported(s, kv_type) != '\0' || plan.n_splits < 1 ||
       plan.n_splits > kAttnDecodeMaxSplits || plan.chunk * plan.n_splits < s.n_kv ||
-      plan.lanes != lanes_for(s.head_dim) || plan.heads_per_slice > kAttnDecodeMaxHeads ||
+      plan.chunk > kChunkMax || plan.lanes != lanes_for(s.head_dim) ||
+      plan.heads_per_slice > max_heads_for(s.head_dim) ||
       plan.heads_per_slice * plan.head_slices < s.n_head / s.n_head_kv ||
       (kv_type != TensorType::Q8_0 && (!aligned16(a.k) || !aligned16(a.v) || a.row_bytes % 16 != 0)) ||
       (plan.n_splits > 1 && a.scratch == nullptr)) {

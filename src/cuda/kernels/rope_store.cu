@@ -1,6 +1,9 @@
-// Fused q/k norm + rope + KV store (rope_store.cuh). A block of 8 warps serves one token and up
-// to 8 head slots (q heads, then k heads, then v heads), one warp per slot, with the token's
-// cos/sin table built once per block exactly as rope.cu builds it.
+// Fused q/k norm + rope + KV store (rope_store.cuh). One warp per head slot (q heads, then k
+// heads, then v heads), kWarps slots per block; warps never wait for each other. A warp issues its
+// head row's loads (and the token's position and cell) first, then every lane builds the angles of
+// its own rotation pairs exactly as rope.cu builds the table: the running float product
+// theta_{i+1} = theta_i * theta_scale from theta_0 = pos (each lane runs the whole product, a
+// chain of n_rot / 2 multiplies, and keeps its pairs' values), cos/sin in double rounded to float.
 #include "cuda/kernels/rope_store.cuh"
 
 #include "cuda/kernels/common.cuh"
@@ -11,86 +14,104 @@
 namespace minfer::cuda {
 namespace {
 
-constexpr int kWarps = 8;
+constexpr int kWarps = 4;
 constexpr int kMaxHd = static_cast<int>(kRopeStoreMaxHeadDim);
+constexpr int kPerLane = kMaxHd / 32;  // head-row elements a lane holds (i = lane + 32 k)
 
 // grid (ceil(slots / kWarps), n_tok); block kWarps * 32.
 template <TensorType T>
 __global__ void __launch_bounds__(kWarps * 32) rope_store_kernel(RopeStoreArgs a) {
-  __shared__ float cs[kMaxHd];            // cs[2i] = cos, cs[2i + 1] = sin of pair i
-  __shared__ float buf[kWarps][kMaxHd];   // one head row per warp
-
-  const int64_t t = blockIdx.y;
-  const int64_t hd = a.head_dim, half = a.n_rot / 2;
-  // The rope table, as rope.cu computes it: running float product, then cos/sin in double.
-  if (threadIdx.x == 0) {
-    float theta = static_cast<float>(a.pos[t]);
-    for (int64_t i = 0; i < half; ++i) {
-      cs[2 * i] = theta;
-      theta = __fmul_rn(theta, a.theta_scale);
-    }
-  }
-  __syncthreads();
-  for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
-    const double th = static_cast<double>(cs[2 * i]);
-    cs[2 * i + 1] = static_cast<float>(sin(th));
-    cs[2 * i] = static_cast<float>(cos(th));
-  }
-  __syncthreads();  // the last block-wide barrier: warps may leave after this
+  __shared__ float buf[kWarps][kMaxHd];  // one head row per warp
 
   const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
+  const int64_t t = blockIdx.y;
   const int64_t slot = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
   const int64_t n_slots = a.n_head + 2 * a.n_head_kv;
-  if (slot >= n_slots) return;
-  const int64_t n = a.n_tok, dq = a.n_head * hd, dkv = a.n_head_kv * hd;
+  if (slot >= n_slots) return;  // no block-wide barrier below
+  const int hd = static_cast<int>(a.head_dim), half = static_cast<int>(a.n_rot / 2);
+  const int64_t n = a.n_tok, dq = a.n_head * a.head_dim, dkv = a.n_head_kv * a.head_dim;
   const bool is_q = slot < a.n_head, is_k = !is_q && slot < a.n_head + a.n_head_kv;
   const int64_t h = is_q ? slot : is_k ? slot - a.n_head : slot - a.n_head - a.n_head_kv;
-  const float* src = is_q ? a.qkv + t * dq + h * hd
-                          : is_k ? a.qkv + dq * n + t * dkv + h * hd : a.qkv + (dq + dkv) * n + t * dkv + h * hd;
+  const float* src = is_q ? a.qkv + t * dq + h * a.head_dim
+                          : is_k ? a.qkv + dq * n + t * dkv + h * a.head_dim
+                                 : a.qkv + (dq + dkv) * n + t * dkv + h * a.head_dim;
+  // The loads first: the row, the position (q, k) and the cell (k, v) are all independent.
+  float xr[kPerLane];
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) xr[k] = lane + 32 * k < hd ? src[lane + 32 * k] : 0.0f;
+  const int32_t cell = is_q ? 0 : a.cells[t];
+  const float pos = is_q || is_k ? static_cast<float>(a.pos[t]) : 0.0f;
   float* x = buf[warp];
-  for (int64_t i = lane; i < hd; i += 32) x[i] = src[i];
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k)
+    if (lane + 32 * k < hd) x[lane + 32 * k] = xr[k];
   __syncwarp();
 
-  if (!is_q && !is_k) {
-    // v: stored as it is.
-  } else {
+  if (is_q || is_k) {
     const float* nw = is_q ? a.q_norm : a.k_norm;
     if (nw != nullptr) {  // norm.cu's arithmetic: float squares summed in double, then (x * s) * w
       double sum = 0.0;
-      for (int64_t i = lane; i < hd; i += 32) sum += static_cast<double>(__fmul_rn(x[i], x[i]));
+      for (int i = lane; i < hd; i += 32) sum += static_cast<double>(__fmul_rn(x[i], x[i]));
       sum = warp_sum(sum);
       const float mean = static_cast<float>(sum / static_cast<double>(hd));
       const float s = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, a.eps)));
       __syncwarp();
-      for (int64_t i = lane; i < hd; i += 32) x[i] = __fmul_rn(__fmul_rn(x[i], s), nw[i]);
+      for (int i = lane; i < hd; i += 32) x[i] = __fmul_rn(__fmul_rn(x[i], s), nw[i]);
       __syncwarp();
     }
-    for (int64_t i = lane; i < half; i += 32) {  // rope.cu's rotation; dims >= n_rot stay
-      const float c = cs[2 * i], s = cs[2 * i + 1];
-      const float x0 = x[i], x1 = x[i + half];
-      x[i] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-      x[i + half] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+    // Angles of this lane's pairs i = lane + 32 k (k < kPerLane / 2, i < half): rope.cu's
+    // running product, evaluated by every lane in full.
+    float th[kPerLane / 2];
+#pragma unroll
+    for (int k = 0; k < kPerLane / 2; ++k) th[k] = 0.0f;
+    float theta = pos;
+    for (int i = 0; i < half; ++i) {
+#pragma unroll
+      for (int k = 0; k < kPerLane / 2; ++k)
+        if (i == lane + 32 * k) th[k] = theta;
+      theta = __fmul_rn(theta, a.theta_scale);
+    }
+    float xo0[kPerLane / 2], xo1[kPerLane / 2];
+#pragma unroll
+    for (int k = 0; k < kPerLane / 2; ++k) {  // rope.cu's rotation; dims >= n_rot stay
+      const int i = lane + 32 * k;
+      xo0[k] = xo1[k] = 0.0f;
+      if (i < half) {
+        const double td = static_cast<double>(th[k]);
+        const float c = static_cast<float>(cos(td)), sn = static_cast<float>(sin(td));
+        const float x0 = x[i], x1 = x[i + half];
+        xo0[k] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn));
+        xo1[k] = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, c));
+      }
+    }
+    __syncwarp();  // every lane has read its pairs before any is overwritten
+#pragma unroll
+    for (int k = 0; k < kPerLane / 2; ++k) {
+      const int i = lane + 32 * k;
+      if (i < half) {
+        x[i] = xo0[k];
+        x[i + half] = xo1[k];
+      }
     }
     __syncwarp();
   }
 
   if (is_q) {
-    float* dst = a.q_out + t * dq + h * hd;
-    for (int64_t i = lane; i < hd; i += 32) dst[i] = x[i];
+    float* dst = a.q_out + t * dq + h * a.head_dim;
+    for (int i = lane; i < hd; i += 32) dst[i] = x[i];
     return;
   }
-  const int32_t cell = a.cells[t];
   if (cell < 0 || cell >= a.n_cells) {
     if (lane == 0 && slot == a.n_head) report_fault(a.fault, kFaultKvCell, cell);  // once per token
     return;
   }
   uint8_t* row = static_cast<uint8_t*>(is_k ? a.k_region : a.v_region) + static_cast<size_t>(cell) * a.row_bytes;
   if constexpr (T == TensorType::F32) {
-    for (int64_t i = lane; i < hd; i += 32) reinterpret_cast<float*>(row)[h * hd + i] = x[i];
+    for (int i = lane; i < hd; i += 32) reinterpret_cast<float*>(row)[h * hd + i] = x[i];
   } else if constexpr (T == TensorType::F16) {
-    for (int64_t i = lane; i < hd; i += 32) reinterpret_cast<uint16_t*>(row)[h * hd + i] = float_to_half_bits(x[i]);
+    for (int i = lane; i < hd; i += 32) reinterpret_cast<uint16_t*>(row)[h * hd + i] = float_to_half_bits(x[i]);
   } else {  // q8_0: head_dim % 32 == 0, so the head's blocks are its own
-    for (int64_t b = 0; b < hd / 32; ++b)
+    for (int b = 0; b < hd / 32; ++b)
       store_q8_0_block(row + static_cast<size_t>(h * hd / 32 + b) * sizeof(block_q8_0), x[b * 32 + lane], lane);
   }
 }
