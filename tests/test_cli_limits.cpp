@@ -71,6 +71,18 @@ TEST(CliLimits, thread_count_above_the_hardware_is_capped_with_a_warning) {
   expect_one_line_error("run -m " + model() + " -p hi -n 2 -t -3", "-t -3 must be positive");
 }
 
+TEST(CliLimits, bench_with_an_unusable_device_fails_before_running_anything) {
+  // MINFER_DISABLE_CUDA=1 makes CUDA unusable on every machine (with or without a GPU, with or
+  // without CUDA built in): the error comes before the CPU configuration runs, so no table.
+  const Result r = sh("env MINFER_DISABLE_CUDA=1 " + test::minfer_bin() + " bench -m " + model() +
+                      " -p 8 -n 2 -r 1 -t 1 --device cpu,cuda");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("minfer: error: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("CUDA"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("t/s"), std::string::npos) << "a configuration ran before the error:\n" << r.out;
+  EXPECT_EQ(lines(r.out), 1u) << r.out;
+}
+
 TEST(CliLimits, bench_pg_takes_a_pair_and_reports_it) {
   const Result r = sh(test::minfer_bin() + " bench -m " + model() + " -p 0 -n 0 -pg 8,2 -pg 4,1 -r 1 -t 1");
   ASSERT_EQ(r.status, 0) << r.out;

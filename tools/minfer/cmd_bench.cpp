@@ -255,6 +255,10 @@ void bench(const BenchArgs& a) {
   const std::vector<int64_t> ubatches = int_list(a.n_ubatch, "-ub", 1);
   const std::vector<std::string> devices = split_list(a.devices, "--device");
   for (const auto& dev : devices) (void)parse_device(dev);
+  // Every device is opened once before any run, so `--device cpu,cuda` without a usable GPU
+  // fails at once instead of after all the CPU runs (whose table would be lost).
+  for (const auto& dev : devices)
+    if (dev != "cpu") (void)create_backend(parse_device(dev), 1);
   std::vector<Config> configs;
   for (const auto& dev : devices)
     for (const int th : thread_list)
