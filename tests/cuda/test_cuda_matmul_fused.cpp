@@ -133,6 +133,14 @@ TEST_P(CudaMatmulFused, three_outputs_in_one_launch_equal_the_cpu_products_plus_
       ASSERT_EQ(cudaMemcpy(got.data(), outs[s].y, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
       EXPECT_TRUE(outputs_equal(got, want[static_cast<size_t>(s)], ms[s], n)) << "output " << s;
     }
+    // One output alone (the decode kernels stream two rows per warp then; its 9 rows end with
+    // an odd one), with both the bias and the residual.
+    ASSERT_EQ(cudaMemset(outs[2].y, 0xFF, static_cast<size_t>((ms[2] + kPad) * n) * 4), cudaSuccess);
+    ASSERT_TRUE(cuda::matmul_fused(type, k, &outs[2], 1, dq.get(), n, stream_));
+    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    std::vector<float> got(static_cast<size_t>((ms[2] + kPad) * n));
+    ASSERT_EQ(cudaMemcpy(got.data(), outs[2].y, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_TRUE(outputs_equal(got, want[2], ms[2], n)) << "output 2 alone";
   }
 }
 

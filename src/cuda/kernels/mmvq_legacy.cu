@@ -21,22 +21,22 @@ namespace {
 template <TensorType kType>
 inline constexpr int kStageWords = 32 * Legacy<kType>::U + 1;
 
-/// The dot products of row `row` of R weight tensors (each of m rows, at w[r]) with the N
+/// The dot products of R weight rows (row rows[r] of the tensor of m rows at w[r]) with the N
 /// activation columns; the results are in lane 0 of acc[r] (the contract's fold). The R rows are
 /// streamed together (their chunks' loads are in flight at the same time, each row in its own
 /// stage of kStageWords words at stage + r * kStageWords); each row's arithmetic is the one-row
 /// arithmetic. Called by the whole warp.
 template <TensorType kType, int N, int R>
-__device__ __forceinline__ void legacy_rows_dot(const uint8_t* const (&w)[R], int64_t m, int64_t row, int64_t nb,
-                                                int64_t row_bytes, const Q8View& acts, uint4* stage, int lane,
-                                                float (&acc)[R][N]) {
+__device__ __forceinline__ void legacy_rows_dot(const uint8_t* const (&w)[R], const int64_t (&rows)[R], int64_t m,
+                                                int64_t nb, int64_t row_bytes, const Q8View& acts, uint4* stage,
+                                                int lane, float (&acc)[R][N]) {
   using T = Legacy<kType>;
   uint64_t lo[R], hi[R], row_start[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     lo[r] = reinterpret_cast<uint64_t>(w[r]);
     hi[r] = lo[r] + static_cast<uint64_t>(m) * static_cast<uint64_t>(row_bytes);
-    row_start[r] = lo[r] + static_cast<uint64_t>(row) * static_cast<uint64_t>(row_bytes);
+    row_start[r] = lo[r] + static_cast<uint64_t>(rows[r]) * static_cast<uint64_t>(row_bytes);
 #pragma unroll
     for (int c = 0; c < N; ++c) acc[r][c] = 0.0f;
   }
@@ -91,32 +91,59 @@ __device__ __forceinline__ void legacy_rows_dot(const uint8_t* const (&w)[R], in
 }
 
 // One warp per grid row (mmvq_batch.cuh: the row's segment; with glu the gate and up rows, which
-// are streamed together).
-template <TensorType kType, int N, bool kGlu>
-__global__ void __launch_bounds__(kMmvqWarps * 32, kGlu ? 4 : (N <= 4 ? 8 : 6))
+// are streamed together). kPair (one segment, no glu): one warp per two consecutive rows of the
+// segment, streamed together (the last row of an odd count alone).
+template <TensorType kType, int N, bool kGlu, bool kPair>
+__global__ void __launch_bounds__(kMmvqWarps * 32, kGlu || kPair ? 4 : (N <= 4 ? 8 : 6))
     mmvq_legacy_kernel(const MmvqBatch b, const Q8View acts) {
   using T = Legacy<kType>;
-  constexpr int R = kGlu ? 2 : 1;
+  static_assert(!(kGlu && kPair), "glu already streams two rows");
+  constexpr int R = kGlu || kPair ? 2 : 1;
   static_assert(T::CB % 32 == 0, "lane l must own the blocks t = l mod 32");
   static_assert(((14 + T::CB * T::kBytes + 15) >> 4) + 2 <= kStageWords<kType>,
                 "a chunk at any 2-byte alignment (plus 20 bytes of over-read) fits the stage");
   __shared__ uint4 stage_all[kMmvqWarps][R * kStageWords<kType>];
 
   const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
-  SegRow s;
-  if (!find_segment(b, static_cast<int64_t>(blockIdx.x) * kMmvqWarps + warp, &s))
-    return;  // the whole warp leaves; no block-wide barrier follows
   const int64_t nb = b.k / 32;
   float acc[R][N];
-  if constexpr (kGlu) {
-    const uint8_t* const w[2] = {s.w, static_cast<const uint8_t*>(b.seg[1].w)};
-    legacy_rows_dot<kType, N, 2>(w, s.m, s.row, nb, b.row_bytes, acts, stage_all[warp], lane, acc);
-    swiglu_in_place(acc[0], acc[1]);
+  if constexpr (kPair) {
+    const int64_t row0 = 2 * (static_cast<int64_t>(blockIdx.x) * kMmvqWarps + warp);
+    const int64_t m = b.seg[0].m;
+    if (row0 >= m) return;  // the whole warp leaves; no block-wide barrier follows
+    const SegRow s0 = seg_row(b, 0, row0);
+    if (row0 + 1 < m) {  // warp-uniform
+      const uint8_t* const w[2] = {s0.w, s0.w};
+      const int64_t rows[2] = {row0, row0 + 1};
+      legacy_rows_dot<kType, N, 2>(w, rows, m, nb, b.row_bytes, acts, stage_all[warp], lane, acc);
+      if (lane == 0) {
+        store_row(s0, acc[0]);
+        store_row(seg_row(b, 0, row0 + 1), acc[1]);
+      }
+    } else {
+      const uint8_t* const w[1] = {s0.w};
+      const int64_t rows[1] = {row0};
+      float one[1][N];
+      legacy_rows_dot<kType, N, 1>(w, rows, m, nb, b.row_bytes, acts, stage_all[warp], lane, one);
+      if (lane == 0) store_row(s0, one[0]);
+    }
+    return;
   } else {
-    const uint8_t* const w[1] = {s.w};
-    legacy_rows_dot<kType, N, 1>(w, s.m, s.row, nb, b.row_bytes, acts, stage_all[warp], lane, acc);
+    SegRow s;
+    if (!find_segment(b, static_cast<int64_t>(blockIdx.x) * kMmvqWarps + warp, &s))
+      return;  // the whole warp leaves; no block-wide barrier follows
+    if constexpr (kGlu) {
+      const uint8_t* const w[2] = {s.w, static_cast<const uint8_t*>(b.seg[1].w)};
+      const int64_t rows[2] = {s.row, s.row};
+      legacy_rows_dot<kType, N, 2>(w, rows, s.m, nb, b.row_bytes, acts, stage_all[warp], lane, acc);
+      swiglu_in_place(acc[0], acc[1]);
+    } else {
+      const uint8_t* const w[1] = {s.w};
+      const int64_t rows[1] = {s.row};
+      legacy_rows_dot<kType, N, 1>(w, rows, s.m, nb, b.row_bytes, acts, stage_all[warp], lane, acc);
+    }
+    if (lane == 0) store_row(s, acc[0]);
   }
-  if (lane == 0) store_row(s, acc[0]);
 }
 
 #define MINFER_MMVQ_SITES(name)                                                        \
@@ -127,12 +154,18 @@ __global__ void __launch_bounds__(kMmvqWarps * 32, kGlu ? 4 : (N <= 4 ? 8 : 6))
 
 template <TensorType kType, bool kGlu>
 bool launch_type(const MmvqBatch& b, const Q8View& acts, cudaStream_t stream, const char* const* sites) {
-  const dim3 grid(static_cast<unsigned>((batch_rows(b) + kMmvqWarps - 1) / kMmvqWarps));
   const dim3 block(kMmvqWarps * 32);
+  if (!kGlu && b.n == 1 && b.n_seg == 1) {  // decode, one output: two rows per warp
+    const int64_t pairs = (b.seg[0].m + 1) / 2;
+    const dim3 grid(static_cast<unsigned>((pairs + kMmvqWarps - 1) / kMmvqWarps));
+    mmvq_legacy_kernel<kType, 1, false, true><<<grid, block, 0, stream>>>(b, acts);
+    return MINFER_LAUNCH_CHECK(sites[0]);
+  }
+  const dim3 grid(static_cast<unsigned>((batch_rows(b) + kMmvqWarps - 1) / kMmvqWarps));
   switch (b.n) {
-#define MINFER_CASE(N)                                                         \
-  case N:                                                                      \
-    mmvq_legacy_kernel<kType, N, kGlu><<<grid, block, 0, stream>>>(b, acts);   \
+#define MINFER_CASE(N)                                                                \
+  case N:                                                                             \
+    mmvq_legacy_kernel<kType, N, kGlu, false><<<grid, block, 0, stream>>>(b, acts);   \
     return MINFER_LAUNCH_CHECK(sites[N - 1]);
     MINFER_CASE(1)
     MINFER_CASE(2)
