@@ -13,6 +13,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda/kernels/elementwise.cuh"
@@ -142,8 +143,10 @@ TEST_P(CudaMatmulFused, gate_up_swiglu_in_one_launch_equals_the_unfused_device_c
   // two chunks (nb = 37); m leaves a partly filled last block for every S.
   std::vector<int64_t> kqs = {k_for(type)};
   if (kq) kqs = {256, 256 * 5, 256 * 14, 256 * 17, 256 * 37};
+  std::vector<std::pair<int64_t, int64_t>> cases;  // (k, n)
   for (const int64_t k : kqs)
-  for (int64_t n : {1, 2, 3, 8}) {
+    for (const int64_t n : {1, 2, 3, 8}) cases.emplace_back(k, n);
+  for (const auto& [k, n] : cases) {
     const int64_t m = 4 * 97 + 2;  // the last block holds 2 rows (the 8-lanes kernel)
     SCOPED_TRACE(std::string(type_name(type)) + " k " + std::to_string(k) + " n " + std::to_string(n));
     const auto x = test::random_acts(k, n, 400 + static_cast<uint32_t>(n));
