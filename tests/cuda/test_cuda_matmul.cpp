@@ -211,6 +211,13 @@ TEST_P(CudaMatmul, kquant_rows_of_every_segment_width_match_cpu_reference) {
     run_case({type, 67, 256 * nb, 2, 0}, ns, seed++);
     if (HasFailure()) return;
   }
+  // Enough rows for 4-warp blocks with several rows per warp (small grids use 1- or 2-warp
+  // blocks, mmvq_kq_lane.cu kMinBlocks = 264): 4 * 264 * (32 / S) + 5 rows.
+  for (const int64_t nb : {1, 3, 14}) {
+    const int64_t s = nb == 1 ? 1 : nb == 3 ? 4 : 16;
+    run_case({type, 4 * 264 * (32 / s) + 5, 256 * nb}, {1, 2, 3}, seed++);
+    if (HasFailure()) return;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllWeightTypes, CudaMatmul,

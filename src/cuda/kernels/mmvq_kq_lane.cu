@@ -1,8 +1,9 @@
 // MMVQ for the K-quants, one lane per super-block (design: mmvq_kq_lane.cuh), bit-identical to
 // the CPU reference for n = 1..8 token columns.
 //
-// A thread block of W warps (W = 4, or 2 / 1 when the shared memory would pass 48 KiB) holds
-// W * 32 / S rows. Per chunk of S super-blocks (nb <= 16: the whole row in one chunk):
+// A thread block of W warps (W = 4, or 2 / 1 when the shared memory would pass 48 KiB or the
+// grid would have fewer than kMinBlocks blocks) holds W * 32 / S rows. Per chunk of S
+// super-blocks (nb <= 16: the whole row in one chunk):
 //   1. every segment has its chunk's weight words in registers (loaded one chunk ahead);
 //   2. the block stages the chunk's activations (all columns) and each segment stores its
 //      weight words into its stage; __syncthreads;
@@ -21,6 +22,9 @@ namespace minfer::cuda::mm {
 namespace {
 
 constexpr int kMaxWarps = 4;
+// Small matrices (7B attn_k/v: 512 rows, 2 rows per warp) would fill only a fraction of the
+// H200's 132 SMs with 4-warp blocks: fewer warps per block until the grid has this many blocks.
+constexpr int64_t kMinBlocks = 264;
 constexpr size_t kSmemLimit = 48 * 1024;  // the default dynamic shared memory limit
 
 /// Dynamic shared memory of one block: the activation chunk, then for each warp and row set
@@ -169,9 +173,11 @@ bool launch_lane(const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, c
   using T = KQuant<kType>;
   const int64_t nb = b.k / 256;
   const int sl = kq_segment_log2(nb);
-  const int warps = pick_warps(T::kBytes, b);
-  const int64_t rows_per_block = static_cast<int64_t>(warps) * (32 >> sl);
-  const dim3 grid(static_cast<unsigned>((batch_rows(b) + rows_per_block - 1) / rows_per_block));
+  const int64_t rows = batch_rows(b), segs = 32 >> sl;
+  int warps = pick_warps(T::kBytes, b);
+  while (warps > 1 && (rows + warps * segs - 1) / (warps * segs) < kMinBlocks) warps >>= 1;
+  const int64_t rows_per_block = warps * segs;
+  const dim3 grid(static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block));
   const dim3 block(static_cast<unsigned>(warps * 32));
   const size_t smem = smem_bytes(T::kBytes, b.n, nb, sl, warps, kGlu ? 2 : 1);
   switch (b.n) {
