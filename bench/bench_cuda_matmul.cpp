@@ -35,10 +35,6 @@ struct Shape {
 const Shape kShapes[] = {
     {3584, 18944, "7B ffn_gate/up"},
     {18944, 3584, "7B ffn_down"},
-    {3584, 3584, "7B attn_q/o"},
-    {3584, 512, "7B attn_k/v"},
-    {1536, 8960, "1.5B ffn_gate/up"},
-    {8960, 1536, "1.5B ffn_down"},
     {896, 4864, "0.5B ffn_gate/up"},
     {3584, 152064, "7B output"},
 };
@@ -148,29 +144,6 @@ int run(int n, int iters, const std::string& only, double rotate_mb) {
                       100.0 * gbs * 1e9 / kPeakBytesPerSecond, 1e3 * qms / iters);
         else
           std::printf("%-5s %-18s %-14s  FAILED\n", tname.c_str(), shape, s.what);
-        // Gate and up rows in one launch (the decode FFN's fused SwiGLU): twice the bytes.
-        if (good && copies >= 3 && std::strstr(s.what, "gate/up") != nullptr &&
-            minfer::cuda::matmul_fused_supported(type, s.k, n)) {
-          auto glu = [&](int i) {
-            return minfer::cuda::matmul_swiglu(type, s.k, s.m, w[static_cast<size_t>(i % copies)],
-                                               w[static_cast<size_t>((i + 1) % copies)], qx, n, yf, s.m,
-                                               nullptr, 0, stream);
-          };
-          for (int i = 0; i < 3 && good; ++i) good = glu(i);
-          cudaEventRecord(e0, stream);
-          for (int i = 0; i < iters && good; ++i) good = glu(2 * i);
-          cudaEventRecord(e1, stream);
-          good = good && ok(cudaEventSynchronize(e1), "matmul_swiglu");
-          float gms = 0.0f;
-          cudaEventElapsedTime(&gms, e0, e1);
-          const double gus = 1e3 * gms / iters;
-          const double ggbs = 2.0 * static_cast<double>(bytes) / (gus * 1e-6) / 1e9;
-          if (good)
-            std::printf("%-5s %-18s %-14s %10.1f %10.2f %9.1f %6.1f%%\n", tname.c_str(), shape, "  + swiglu",
-                        2.0 * static_cast<double>(bytes) / 1e6, gus, ggbs, 100.0 * ggbs * 1e9 / kPeakBytesPerSecond);
-          else
-            std::printf("%-5s %-18s %-14s  FAILED\n", tname.c_str(), shape, "  + swiglu");
-        }
       }
       for (void* p : w) cudaFree(p);
       cudaFree(x);

@@ -192,34 +192,6 @@ TEST_P(CudaMatmul, misaligned_weights_and_activations_give_the_same_results) {
   run_case({type, 33, k, w_off, 4}, {1, 3, 8, 17}, 77);
 }
 
-TEST_P(CudaMatmul, kquant_rows_of_every_segment_width_match_cpu_reference) {
-  // The one-lane-per-super-block kernel (mmvq_kq_lane.cu) packs 32 / S rows of nb <= 16
-  // super-blocks into a warp (S = next_pow2(nb)) and chunks longer rows by 32: every S, rows
-  // that end mid-block (m not a multiple of the rows per block), one and several chunks, the
-  // 48 KiB fallback to the 8-lanes kernel (nb >= 32 with n >= 5), and a 2-byte aligned W.
-  const TensorType type = GetParam();
-  if (type != TensorType::Q4_K && type != TensorType::Q5_K && type != TensorType::Q6_K)
-    GTEST_SKIP() << "K-quant segment widths only";
-  const std::vector<int64_t> ns = {1, 2, 3, 4, 5, 6, 7, 8};
-  uint32_t seed = 5000 + static_cast<uint32_t>(type) * 131;
-  for (const int64_t nb : {1, 2, 3, 5, 14, 16, 17, 31, 32, 33, 74})
-    for (const int64_t m : {int64_t{1}, int64_t{5}, int64_t{67}, int64_t{130}}) {
-      run_case({type, m, 256 * nb}, ns, seed++);
-      if (HasFailure()) return;
-    }
-  for (const int64_t nb : {3, 14, 33}) {
-    run_case({type, 67, 256 * nb, 2, 0}, ns, seed++);
-    if (HasFailure()) return;
-  }
-  // Enough rows for 4-warp blocks with several rows per warp (small grids use 1- or 2-warp
-  // blocks, mmvq_kq_lane.cu kMinBlocks = 264): 4 * 264 * (32 / S) + 5 rows.
-  for (const int64_t nb : {1, 3, 14}) {
-    const int64_t s = nb == 1 ? 1 : nb == 3 ? 4 : 16;
-    run_case({type, 4 * 264 * (32 / s) + 5, 256 * nb}, {1, 2, 3}, seed++);
-    if (HasFailure()) return;
-  }
-}
-
 INSTANTIATE_TEST_SUITE_P(AllWeightTypes, CudaMatmul,
                          ::testing::Values(TensorType::F32, TensorType::F16, TensorType::BF16,
                                            TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0,

@@ -5,11 +5,8 @@
 // term t added to virtual lane t % 32, lanes folded by halving (quant_ref.h). A warp owns the 32
 // virtual lanes of each row it computes.
 //   mmvq_legacy.cu  Q4_0 Q4_1 Q5_0 Q5_1 Q8_0: one row per warp, lane l handles blocks l mod 32.
-//   mmvq_kq_lane.cu Q4_K Q5_K Q6_K: one lane per super-block, rows of nb <= 16 super-blocks
-//                   packed several to a warp (mmvq_kq_lane.cuh); used whenever it fits.
-//   mmvq_kquants.cu Q4_K Q5_K Q6_K fallback (shared memory of the above over 48 KiB): one row
-//                   per warp, 8 lanes per super-block, 4 super-blocks at a time; the term of
-//                   super-block t is shuffled to lane t % 32.
+//   mmvq_kquants.cu Q4_K Q5_K Q6_K: one row per warp, 8 lanes per super-block, 4 super-blocks
+//                   at a time; the term of super-block t is shuffled to lane t % 32.
 //   mmvq_float.cu   F32 F16 BF16: 4 (2-byte types) or 8 (F32) lanes per row, each owning 8 or 4
 //                   virtual lanes, so 16-byte loads need no data exchange.
 // Quantized weights are streamed with 16-byte loads of aligned words into a per-warp shared
@@ -84,12 +81,6 @@ inline MmvqBatch single_batch(const MmvqArgs& a) {
 
 bool launch_mmvq_legacy(TensorType type, const MmvqBatch& b, const Q8View& acts, cudaStream_t stream);
 bool launch_mmvq_kquant(TensorType type, const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream);
-/// The one-lane-per-super-block K-quant kernel (mmvq_kq_lane.cu): true when it takes the shape
-/// (Q4_K/Q5_K/Q6_K, n 1..8, and its activation chunk plus weight stages fit in 48 KiB of shared
-/// memory with 1, 2 or 4 warps per block). launch_mmvq_kquant uses it whenever it takes the
-/// shape, else the 8-lanes-per-super-block kernel of mmvq_kquants.cu.
-bool mmvq_kq_lane_takes(TensorType type, const MmvqBatch& b);
-bool launch_mmvq_kq_lane(TensorType type, const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream);
 /// F32: `acts` is x (f32, token column t at x + t * k); F16/BF16: the converted plane
 /// (uint16, column t at acts + t * act_stride).
 bool launch_mmvq_float(TensorType type, const MmvqArgs& a, const void* acts, int64_t act_stride,

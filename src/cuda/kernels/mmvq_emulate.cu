@@ -1,16 +1,13 @@
 // Host emulation of the quantized MMVQ kernels (design: mmvq_emulate.cuh). The loops below
-// mirror mmvq_legacy_kernel, mmvq_kq_lane_kernel and (for the shapes it still takes)
-// mmvq_kquant_kernel lane by lane; the per-block arithmetic is the kernels' own
-// (mmvq_blocks.cuh, mmvq_kq_lane.cuh).
+// mirror mmvq_legacy_kernel and mmvq_kquant_kernel lane by lane; the per-block arithmetic is
+// the kernels' own (mmvq_blocks.cuh).
 #include "cuda/kernels/mmvq_emulate.cuh"
 
 #include <algorithm>
 #include <cstring>
 
 #include "cuda/kernels/mmvq_blocks.cuh"
-#include "cuda/kernels/mmvq.cuh"
 #include "cuda/kernels/mmvq_common.cuh"
-#include "cuda/kernels/mmvq_kq_lane.cuh"
 #include "cuda/kernels/quantize_acts.cuh"
 #include "quant/blocks.h"
 #include "quant/quant.h"
@@ -114,82 +111,6 @@ bool emulate_kquant(const uint8_t* w, int64_t k, int64_t m, const Q8KView& a, in
   return true;
 }
 
-/// The one-lane-per-super-block kernel (mmvq_kq_lane.cu) for one segment: per chunk of S
-/// super-blocks the activation chunk is staged with the kernel's own unit copies, each row's
-/// chunk with the kernel's stage geometry, lane i adds the term of super-block i of the chunk,
-/// and the fold adds +0 once (S < 32) and halves inside the segment.
-template <TensorType kType, int N>
-bool emulate_kq_lane(const uint8_t* w, int64_t k, int64_t m, const Q8KView& a, float* y, int64_t ldy) {
-  using T = KQuant<kType>;
-  const int64_t nb = k / 256, rb = nb * T::kBytes;
-  const int sl = kq_segment_log2(nb), S = 1 << sl;
-  const int cbk = nb < 32 ? static_cast<int>(nb) : 32;
-  const int64_t n_chunks = (nb + S - 1) / S;
-  const uint64_t lo = reinterpret_cast<uint64_t>(w), hi = lo + static_cast<uint64_t>(m * rb);
-  std::vector<uint8_t> act(static_cast<size_t>(kq_act_bytes(N, cbk)));
-  std::vector<uint8_t> stage(static_cast<size_t>(kq_group_words(T::kBytes, S)) * 16);
-  std::vector<float> acc(static_cast<size_t>(m * 32 * N), 0.0f);
-  for (int64_t ch = 0; ch < n_chunks; ++ch) {
-    const int64_t t0 = ch * S;
-    const int cnt = static_cast<int>(nb - t0 < S ? nb - t0 : S);
-    std::fill(act.begin(), act.end(), 0xA5);  // stale bytes: never read for j < cnt
-    for (int u = 0; u < kq_act_units(N, cbk); ++u) kq_stage_act_unit(a, t0, N, cbk, cnt, u, act.data());
-    for (int64_t row = 0; row < m; ++row) {
-      const uint64_t start = lo + static_cast<uint64_t>(row * rb + t0 * T::kBytes);
-      const StageGeom g = stage_geom(start, cnt * T::kBytes);
-      if (g.words + 1 > kq_group_words(T::kBytes, S) || (g.words + S - 1) / S > kq_lane_regs(T::kBytes))
-        return false;  // the kernel's stage or registers would not hold the chunk
-      fill_stage(stage, g, lo, hi);
-      for (int i = 0; i < cnt; ++i) {
-        const uint8_t* const sb[1] = {stage.data()};
-        const int off[1] = {g.offset + i * T::kBytes};
-        float term[1][N];
-        kq_lane_terms<kType, N, 1>(sb, off, act.data(), cbk, i, term);
-        for (int c = 0; c < N; ++c) {
-          float& v = acc[static_cast<size_t>((row * 32 + i) * N + c)];
-          v = fadd(v, term[0][c]);
-        }
-      }
-    }
-  }
-  for (int64_t row = 0; row < m; ++row)
-    for (int c = 0; c < N; ++c) {
-      float v[32];
-      for (int i = 0; i < S; ++i) {
-        v[i] = acc[static_cast<size_t>((row * 32 + i) * N + c)];
-        if (S < 32) v[i] = fadd(v[i], 0.0f);
-      }
-      for (int wd = S / 2; wd >= 1; wd >>= 1)
-        for (int i = 0; i < wd; ++i) v[i] = fadd(v[i], v[i + wd]);
-      y[row + c * ldy] = v[0];
-    }
-  return true;
-}
-
-template <TensorType kType>
-bool emulate_kq_lane_n(const uint8_t* w, int64_t k, int64_t m, const Q8KView& a, int n, float* y, int64_t ldy) {
-  switch (n) {
-    case 1: return emulate_kq_lane<kType, 1>(w, k, m, a, y, ldy);
-    case 2: return emulate_kq_lane<kType, 2>(w, k, m, a, y, ldy);
-    case 3: return emulate_kq_lane<kType, 3>(w, k, m, a, y, ldy);
-    case 4: return emulate_kq_lane<kType, 4>(w, k, m, a, y, ldy);
-    case 5: return emulate_kq_lane<kType, 5>(w, k, m, a, y, ldy);
-    case 6: return emulate_kq_lane<kType, 6>(w, k, m, a, y, ldy);
-    case 7: return emulate_kq_lane<kType, 7>(w, k, m, a, y, ldy);
-    case 8: return emulate_kq_lane<kType, 8>(w, k, m, a, y, ldy);
-    default: return false;
-  }
-}
-
-/// The K-quant kernel that launch_mmvq_kquant picks for a one-segment launch.
-template <TensorType kType>
-bool emulate_kquant_dispatch(const uint8_t* w, int64_t k, int64_t m, const Q8KView& a, int n, float* y,
-                             int64_t ldy) {
-  MmvqArgs args{w, k, m, static_cast<int64_t>(k / 256) * KQuant<kType>::kBytes, n, y, ldy};
-  if (mmvq_kq_lane_takes(kType, single_batch(args))) return emulate_kq_lane_n<kType>(w, k, m, a, n, y, ldy);
-  return emulate_kquant<kType>(w, k, m, a, n, y, ldy);
-}
-
 }  // namespace
 
 bool host_activations_from_blocks(TensorType type, const void* blocks, int64_t k, int64_t n,
@@ -253,9 +174,9 @@ bool emulate_mmvq(TensorType type, const void* w, int64_t k, int64_t m, const vo
     if (k % 256 != 0) return false;
     const Q8KView a = q8k_view(act_layout(kind, k, n), acts);
     switch (type) {
-      case TensorType::Q4_K: return emulate_kquant_dispatch<TensorType::Q4_K>(wb, k, m, a, nn, y, ldy);
-      case TensorType::Q5_K: return emulate_kquant_dispatch<TensorType::Q5_K>(wb, k, m, a, nn, y, ldy);
-      case TensorType::Q6_K: return emulate_kquant_dispatch<TensorType::Q6_K>(wb, k, m, a, nn, y, ldy);
+      case TensorType::Q4_K: return emulate_kquant<TensorType::Q4_K>(wb, k, m, a, nn, y, ldy);
+      case TensorType::Q5_K: return emulate_kquant<TensorType::Q5_K>(wb, k, m, a, nn, y, ldy);
+      case TensorType::Q6_K: return emulate_kquant<TensorType::Q6_K>(wb, k, m, a, nn, y, ldy);
       default: return false;
     }
   }

@@ -1,7 +1,5 @@
 // MMVQ for the K-quants (Q4_K, Q5_K, Q6_K) x Q8K activations, n = 1..8 token columns,
-// bit-identical to the CPU reference (design: mmvq.cuh). launch_mmvq_kquant dispatches to the
-// one-lane-per-super-block kernel (mmvq_kq_lane.cu) when it takes the shape; the kernel below
-// is the fallback for the shapes whose shared memory would not fit there.
+// bit-identical to the CPU reference (design: mmvq.cuh).
 //
 // One warp per weight row, staged through shared memory in chunks of CB super-blocks exactly as
 // in mmvq_legacy.cu. A super-block (256 elements) is shared by 8 lanes: lanes 8g .. 8g+7 work
@@ -155,7 +153,6 @@ bool launch_mmvq_kquant(TensorType type, const MmvqBatch& b, const Q8KView& acts
   static const char* const kQ6_Kg[8] = MINFER_MMVQ_SITES("glu_q6_K");
   if (b.n_seg < 1 || b.n_seg > kMmvqMaxSegments || (b.glu && (b.n_seg != 2 || b.seg[1].m != b.seg[0].m)))
     return false;
-  if (mmvq_kq_lane_takes(type, b)) return launch_mmvq_kq_lane(type, b, acts, stream);
   switch (type) {
     case TensorType::Q4_K: return launch_either<TensorType::Q4_K>(b, acts, stream, kQ4_K, kQ4_Kg);
     case TensorType::Q5_K: return launch_either<TensorType::Q5_K>(b, acts, stream, kQ5_K, kQ5_Kg);
