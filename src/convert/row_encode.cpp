@@ -1,12 +1,14 @@
 #include "convert/row_encode.h"
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "quant/quant.h"
+#include "quant/row_check.h"
 
 namespace minfer::convert {
 namespace {
@@ -14,6 +16,18 @@ namespace {
 /// Elements per chunk handed to one thread: large enough that the atomic counter costs
 /// nothing, small enough that a 2-row tail does not leave threads idle for long.
 constexpr int64_t kChunkElements = int64_t{1} << 16;
+
+/// The float types' writers convert whatever they get; a file written by quantize or synth must
+/// not hold NaN or infinite weights (the block quantizers refuse them too), and a value beyond
+/// the half range would become infinite in F16.
+void check_float_row(TensorType type, const float* x, int64_t n) {
+  quant_detail::check_finite(type, x, n, 0);
+  if (type != TensorType::F16) return;
+  for (int64_t j = 0; j < n; ++j)
+    if (std::fabs(x[j]) >= 65520.0f)  // rounds to infinity in half precision (max finite 65504)
+      fail("quantize {}: element {} of the row ({:g}) is beyond the half-precision range (65504)", type_name(type), j,
+           x[j]);
+}
 
 }  // namespace
 
@@ -24,6 +38,7 @@ void encode_rows(TensorType type, int64_t n_per_row, int64_t n_rows, const RowSo
   MINFER_CHECK(tr.quantize_row != nullptr, "{}: type {} cannot be written", what, type_name(type));
   const size_t rb = row_bytes(type, n_per_row);
   if (n_rows <= 0) return;
+  const bool float_type = type == TensorType::F32 || type == TensorType::F16 || type == TensorType::BF16;
   const int64_t rows_per_chunk = std::max<int64_t>(1, kChunkElements / std::max<int64_t>(1, n_per_row));
   const int64_t n_chunks = (n_rows + rows_per_chunk - 1) / rows_per_chunk;
   std::atomic<int64_t> next{0};
@@ -40,6 +55,7 @@ void encode_rows(TensorType type, int64_t n_per_row, int64_t n_rows, const RowSo
         for (int64_t r = r0; r < r1; ++r) {
           src(r, row.data());
           try {
+            if (float_type) check_float_row(type, row.data(), n_per_row);
             tr.quantize_row(row.data(), dst + static_cast<size_t>(r) * rb, n_per_row);
           } catch (const Error& e) {
             fail("{}: row {}: {}", what, r, e.what());
