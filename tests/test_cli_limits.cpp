@@ -71,6 +71,15 @@ TEST(CliLimits, thread_count_above_the_hardware_is_capped_with_a_warning) {
   expect_one_line_error("run -m " + model() + " -p hi -n 2 -t -3", "-t -3 must be positive");
 }
 
+TEST(CliLimits, usage_errors_are_one_line_errors_with_status_1) {
+  expect_one_line_error("run -p hi", "--model is required");
+  expect_one_line_error("run -m " + model() + " --no-such-option", "--no-such-option");
+  expect_one_line_error("bench -m " + model() + " -r", "-r");
+  const Result help = sh(test::minfer_bin() + " run --help");
+  EXPECT_EQ(help.status, 0) << help.out;
+  EXPECT_NE(help.out.find("Usage"), std::string::npos) << help.out;
+}
+
 TEST(CliLimits, bench_with_an_unusable_device_fails_before_running_anything) {
   // MINFER_DISABLE_CUDA=1 makes CUDA unusable on every machine (with or without a GPU, with or
   // without CUDA built in): the error comes before the CPU configuration runs, so no table.

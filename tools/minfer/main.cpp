@@ -33,8 +33,15 @@ int main(int argc, char** argv) {
   std::reverse(args.begin(), args.end());  // in reverse order
   try {
     app.parse(args);
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);  // --help: the usage text, exit 0
+  } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --version and the like
+    // A usage error is one line like every other error, exit status 1.
+    std::fprintf(stderr, "minfer: error: %s (see 'minfer --help')\n", minfer::printable(e.what()).c_str());
+    return 1;
   } catch (const minfer::Error& e) {
     // Messages quote file data (names, metadata, token texts): escaped so that the error stays
     // one line and cannot drive the terminal.
