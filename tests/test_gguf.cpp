@@ -270,6 +270,40 @@ TEST(GgufWriter, AFailedWriteLeavesNeitherTheFileNorItsTemporary) {
   EXPECT_THROW(w.write(path), Error);
   EXPECT_EQ(test::read_bytes(path).size(), 3u);
   EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  size_t entries = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) ++entries;
+  EXPECT_EQ(entries, 1u) << "a temporary file was left in " << dir;
+}
+
+TEST(GgufWriter, NeverTouchesOtherFilesOrNonRegularOutputs) {
+  const auto dir = test::temp_dir();
+  const auto path = (dir / "out.gguf").string();
+  GgufWriter w;
+  w.set_u32("x", 1);
+  w.add_tensor_bytes("t", TensorType::I8, std::vector<int64_t>{3}, random_bytes(3, 1));
+  // A file that happens to be named like a temporary of the output, and a symbolic link named so,
+  // survive a successful write untouched (the old writer truncated "<path>.tmp", following links).
+  { std::ofstream(path + ".tmp") << "precious"; }
+  { std::ofstream((dir / "target").string()) << "target"; }
+  std::filesystem::create_symlink(dir / "target", dir / "out2.gguf.tmp");
+  w.write(path);
+  w.write((dir / "out2.gguf").string());
+  EXPECT_EQ(test::read_bytes(path + ".tmp").size(), 8u);
+  EXPECT_EQ(test::read_bytes((dir / "target").string()).size(), 6u);
+  EXPECT_GT(test::read_bytes(path).size(), 3u);
+  // An output that is a folder is refused before anything is written, naming it.
+  std::filesystem::create_directory(dir / "folder.gguf");
+  try {
+    w.write((dir / "folder.gguf").string());
+    ADD_FAILURE() << "a folder was accepted as the output";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("folder.gguf: exists and is not a regular file"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(std::filesystem::is_directory(dir / "folder.gguf"));
+  size_t temporaries = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    temporaries += e.path().filename().string().rfind(".minfer-write-", 0) == 0;
+  EXPECT_EQ(temporaries, 0u);
 }
 
 TEST(GgufWriter, CallsOnTensorOncePerTensorInOrder) {

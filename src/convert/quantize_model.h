@@ -14,7 +14,7 @@ namespace minfer::convert {
 
 struct QuantizeOptions {
   std::string input;                         ///< GGUF file to read
-  std::string output;                        ///< GGUF file to write (via "<output>.tmp")
+  std::string output;                        ///< GGUF file to write (via a temporary file beside it)
   FileType ftype = FileType::MostlyQ4_K_M;   ///< target file type
   int n_threads = 0;                         ///< 0: default_thread_count()
   bool pure = false;                         ///< every matrix gets the base type (--pure)

@@ -17,7 +17,7 @@ struct SynthOptions {
   std::string arch;    ///< "qwen2" / "qwen3"
   std::string preset;  ///< synth_presets() name
   std::string vocab;   ///< GGUF or tokenizer.json with the tokenizer (synth_vocab.h)
-  std::string output;  ///< GGUF file to write (via "<output>.tmp")
+  std::string output;  ///< GGUF file to write (via a temporary file beside it)
   FileType ftype = FileType::MostlyQ4_K_M;
   uint64_t seed = 0;
   int n_threads = 0;      ///< 0: default_thread_count()

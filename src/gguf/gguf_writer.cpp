@@ -3,6 +3,7 @@
 // alignment, then each tensor's data followed by zero padding to the alignment.
 #include "gguf/gguf_writer.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -44,23 +45,43 @@ std::vector<uint8_t> array_header(ValueType elem, uint64_t count) {
   return p;
 }
 
-/// RAII FILE* that removes the temporary file unless committed.
+/// RAII FILE* on a new temporary file beside the output, renamed over it on commit() and
+/// removed otherwise. The temporary file is created with mkstemp (a fresh name in the output's
+/// folder, O_EXCL: never an existing file, never through a symbolic link), so no other file
+/// (the input, a file that happens to be named OUT.tmp, a link target) is ever truncated or
+/// removed. An output that exists but is not a regular file (a folder, a device, a FIFO) is
+/// refused before anything is written.
 class TmpFile {
  public:
-  explicit TmpFile(std::string final_path) : final_(std::move(final_path)), tmp_(final_ + ".tmp") {
-    f_ = std::fopen(tmp_.c_str(), "wb");
-    if (!f_) fail("{}: cannot create {}: {}", final_, tmp_, std::strerror(errno));
+  explicit TmpFile(std::string final_path) : final_(std::move(final_path)) {
+    MINFER_CHECK(!final_.empty(), "GGUF writer: the output path is empty");
+    struct stat st {};
+    if (::stat(final_.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+      fail("{}: exists and is not a regular file (a folder, device or pipe): not overwritten", final_);
+    const size_t slash = final_.rfind('/');
+    const std::string dir = slash == std::string::npos ? std::string(".") : final_.substr(0, slash + 1);
+    std::string templ = (slash == std::string::npos ? std::string() : dir) + ".minfer-write-XXXXXX";
+    const int fd = ::mkstemp(templ.data());
+    if (fd < 0) fail("{}: cannot create a temporary file in {}: {}", final_, dir, std::strerror(errno));
+    tmp_ = templ;
+    f_ = ::fdopen(fd, "wb");
+    if (!f_) {
+      const int e = errno;
+      ::close(fd);
+      ::unlink(tmp_.c_str());
+      fail("{}: cannot open {}: {}", final_, tmp_, std::strerror(e));
+    }
   }
   ~TmpFile() {
     if (f_) std::fclose(f_);
-    if (!committed_) std::remove(tmp_.c_str());
+    if (!committed_) ::unlink(tmp_.c_str());
   }
   TmpFile(const TmpFile&) = delete;
   TmpFile& operator=(const TmpFile&) = delete;
 
   void write(const void* p, size_t n) {
     if (n && std::fwrite(p, 1, n, f_) != n)
-      fail("{}: write failed after {} bytes: {}", tmp_, written_, std::strerror(errno));
+      fail("{}: write failed after {} bytes: {}", final_, written_, std::strerror(errno));
     written_ += n;
   }
   void pad_to(uint64_t alignment) {
@@ -75,6 +96,11 @@ class TmpFile {
   void commit() {
     if (std::fflush(f_) != 0 || ::fsync(::fileno(f_)) != 0)
       fail("{}: cannot flush {}: {}", final_, tmp_, std::strerror(errno));
+    // mkstemp makes the file 0600; give it the permissions a plain fopen would have (0666 & ~umask).
+    const mode_t mask = ::umask(0);
+    ::umask(mask);
+    if (::fchmod(::fileno(f_), 0666 & ~mask) != 0)
+      fail("{}: cannot set the permissions of {}: {}", final_, tmp_, std::strerror(errno));
     const int rc = std::fclose(f_);
     f_ = nullptr;
     if (rc != 0) fail("{}: cannot close {}: {}", final_, tmp_, std::strerror(errno));
