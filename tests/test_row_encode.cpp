@@ -49,7 +49,7 @@ TEST(RowEncode, float_types_refuse_nan_and_inf_naming_the_tensor_row_and_element
   }
 }
 
-TEST(RowEncode, f16_refuses_values_beyond_the_half_range_and_keeps_the_largest_half) {
+TEST(RowEncode, f16_and_bf16_refuse_values_that_round_to_infinity_and_keep_the_largest_finite) {
   const std::string err = encode_with(TensorType::F16, 70000.0f);
   EXPECT_NE(err.find("row 1:"), std::string::npos) << err;
   EXPECT_NE(err.find("beyond the half-precision range"), std::string::npos) << err;
@@ -60,6 +60,9 @@ TEST(RowEncode, f16_refuses_values_beyond_the_half_range_and_keeps_the_largest_h
   std::memcpy(&h, out.data() + row_bytes(TensorType::F16, 8) + 5 * 2, 2);
   EXPECT_EQ(fp16_to_fp32(h), 65504.0f);
   EXPECT_EQ(encode_with(TensorType::BF16, 70000.0f), "") << "bf16 has the f32 range";
+  const std::string bf = encode_with(TensorType::BF16, std::numeric_limits<float>::max());
+  EXPECT_NE(bf.find("rounds to infinity in bfloat16"), std::string::npos) << bf;
+  EXPECT_EQ(encode_with(TensorType::BF16, 3.3e38f), "") << "rounds to the largest finite bfloat16";
 }
 
 }  // namespace

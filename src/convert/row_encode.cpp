@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/fp16.h"
 #include "quant/quant.h"
 #include "quant/row_check.h"
 
@@ -22,11 +23,16 @@ constexpr int64_t kChunkElements = int64_t{1} << 16;
 /// the half range would become infinite in F16.
 void check_float_row(TensorType type, const float* x, int64_t n) {
   quant_detail::check_finite(type, x, n, 0);
-  if (type != TensorType::F16) return;
-  for (int64_t j = 0; j < n; ++j)
-    if (std::fabs(x[j]) >= 65520.0f)  // rounds to infinity in half precision (max finite 65504)
-      fail("quantize {}: element {} of the row ({:g}) is beyond the half-precision range (65504)", type_name(type), j,
-           x[j]);
+  if (type == TensorType::F16) {
+    for (int64_t j = 0; j < n; ++j)
+      if (std::fabs(x[j]) >= 65520.0f)  // rounds to infinity in half precision (max finite 65504)
+        fail("quantize {}: element {} of the row ({:g}) is beyond the half-precision range (65504)", type_name(type),
+             j, x[j]);
+  } else if (type == TensorType::BF16) {
+    for (int64_t j = 0; j < n; ++j)
+      if ((fp32_to_bf16(x[j]) & 0x7FFFu) == 0x7F80u)  // rounds up to infinity (|x| >= ~3.3961e38)
+        fail("quantize {}: element {} of the row ({:g}) rounds to infinity in bfloat16", type_name(type), j, x[j]);
+  }
 }
 
 }  // namespace
