@@ -92,6 +92,14 @@ TEST(CliLimits, bench_with_an_unusable_device_fails_before_running_anything) {
   EXPECT_EQ(lines(r.out), 1u) << r.out;
 }
 
+TEST(CliLimits, bench_with_a_bad_model_in_the_list_fails_before_running_anything) {
+  const Result r = sh(test::minfer_bin() + " bench -m " + model() + ",/nonexistent/m.gguf -p 8 -n 2 -r 1 -t 1 -o jsonl");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("minfer: error: /nonexistent/m.gguf"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("avg_ts"), std::string::npos) << "a model ran before the error:\n" << r.out;
+  EXPECT_EQ(lines(r.out), 1u) << r.out;
+}
+
 TEST(CliLimits, bench_pg_takes_a_pair_and_reports_it) {
   const Result r = sh(test::minfer_bin() + " bench -m " + model() + " -p 0 -n 0 -pg 8,2 -pg 4,1 -r 1 -t 1");
   ASSERT_EQ(r.status, 0) << r.out;

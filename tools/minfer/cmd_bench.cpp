@@ -17,6 +17,7 @@
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
+#include "gguf/gguf.h"
 #include "quant/quant.h"
 
 namespace minfer::cli {
@@ -269,8 +270,12 @@ void bench(const BenchArgs& a) {
             if (v != ctk[k]) fail("bench: different K and V cache types ({} / {}) are not supported", ctk[k], v);
             configs.push_back({dev, th, b, ub, ctk[k]});
           }
+  // Every model file is opened and its GGUF header checked before the first run, so a bad path
+  // in a list fails at once instead of after the runs of the models before it.
+  const std::vector<std::string> model_paths = split_list(a.models, "-m");
+  for (const std::string& path : model_paths) (void)gguf::GgufFile::open(path);
   std::vector<Result> results;
-  for (const std::string& path : split_list(a.models, "-m")) {
+  for (const std::string& path : model_paths) {
     auto model = Model::load(path);
     const HParams& h = model->hparams();
     for (const Config& c : configs) {
