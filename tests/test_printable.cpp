@@ -1,9 +1,11 @@
 // printable(): file-derived strings reach the terminal with control characters and invalid
-// UTF-8 escaped, valid text unchanged.
+// UTF-8 escaped, valid text unchanged; every log line goes through it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
+#include "core/log.h"
 #include "core/printable.h"
 
 namespace minfer {
@@ -30,6 +32,24 @@ TEST(Printable, KeepsValidTextAndQuotesOnlyWhenAsked) {
   const std::string text = "Qwen2.5 \xe4\xb8\xad\xe6\x96\x87 \xc3\xa9 \xc2\xa0 \xf0\x9f\x98\x80 \"q\" \\";
   EXPECT_EQ(printable(text), text);
   EXPECT_EQ(printable("say \"hi\" \\ there", true), "say \\\"hi\\\" \\\\ there");
+}
+
+}  // namespace
+}  // namespace minfer
+
+namespace minfer {
+namespace {
+
+TEST(Printable, LogLinesEscapeControlBytesFromFileData) {
+  // A warning that quotes a file name with an escape sequence, a bell and a newline in it.
+  ::testing::internal::CaptureStderr();
+  log_warn("{}: requantizing", std::string("in\x1b[31mX\a\n.gguf"));
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(err.find('\x1b'), std::string::npos) << err;
+  EXPECT_EQ(err.find('\a'), std::string::npos) << err;
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << "one line: " << err;
+  EXPECT_NE(err.find("minfer: warning: in"), std::string::npos) << err;
+  EXPECT_NE(err.find(".gguf: requantizing"), std::string::npos) << err;
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "core/log.h"
 
+#include "core/printable.h"
+
 #include <atomic>
 #include <cstdio>
 #include <mutex>
@@ -36,7 +38,10 @@ void log_line(LogLevel level, std::string_view message) {
   const char* tag = level == LogLevel::Error  ? "error: "
                     : level == LogLevel::Warn ? "warning: "
                                               : "";
-  std::fprintf(stderr, "minfer: %s%.*s\n", tag, static_cast<int>(message.size()), message.data());
+  // Messages quote file data and arguments (paths, metadata, tensor names): escaped so that a
+  // line stays one line and cannot drive the terminal.
+  const std::string safe = printable(message);
+  std::fprintf(stderr, "minfer: %s%s\n", tag, safe.c_str());
 }
 
 }  // namespace minfer

@@ -14,6 +14,7 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "core/printable.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
@@ -93,7 +94,8 @@ std::pair<int64_t, int64_t> parse_pg(const std::string& s) {
 }
 
 /// A CSV field in double quotes, embedded quotes doubled (RFC 4180).
-std::string csv_quote(const std::string& s) {
+std::string csv_quote(const std::string& raw) {
+  const std::string s = printable(raw);  // no terminal control bytes in the table
   std::string out = "\"";
   for (char c : s) {
     if (c == '"') out += '"';

@@ -165,7 +165,7 @@ void print_json(const GgufFile& f, bool full_arrays) {
 }
 
 void print_text(const GgufFile& f) {
-  fmt::print("file:       {} ({} bytes)\n", f.path(), f.file_size());
+  fmt::print("file:       {} ({} bytes)\n", printable(f.path()), f.file_size());
   fmt::print("version:    {}\n", f.version());
   fmt::print("alignment:  {}\n", f.alignment());
   fmt::print("data:       offset {}\n", f.data_offset());
