@@ -71,6 +71,15 @@ TEST(CliLimits, thread_count_above_the_hardware_is_capped_with_a_warning) {
   expect_one_line_error("run -m " + model() + " -p hi -n 2 -t -3", "-t -3 must be positive");
 }
 
+TEST(CliLimits, bad_sampling_and_thinking_options_fail_before_the_model_loads) {
+  // One line: no "loaded ..." line before the error.
+  expect_one_line_error("run -m " + model() + " -p hi --temp nan", "temperature nan is not finite");
+  expect_one_line_error("run -m " + model() + " -p hi --top-p -1", "top-p -1 is not in [0, 1]");
+  expect_one_line_error("run -m " + model() + " -p hi --chat --think --no-think", "think");
+  expect_one_line_error("chat -m " + model() + " --top-p 2", "top-p 2 is not in [0, 1]");
+  expect_one_line_error("chat -m " + model() + " --think --no-think", "think");
+}
+
 TEST(CliLimits, usage_errors_are_one_line_errors_with_status_1) {
   expect_one_line_error("run -p hi", "--model is required");
   expect_one_line_error("run -m " + model() + " --no-such-option", "--no-such-option");

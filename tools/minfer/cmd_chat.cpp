@@ -26,9 +26,12 @@ struct ChatArgs {
 };
 
 void chat(const ChatArgs& a) {
+  // Option values are checked before the (possibly multi-gigabyte) model is loaded.
+  const SamplerParams sampling = a.sampling.params();
+  (void)chat_options(a.think, a.no_think);
   LoadedModel lm = load_model(a.model);
   const tok::Tokenizer& tk = *lm.model->tokenizer();
-  Sampler sampler(a.sampling.params());
+  Sampler sampler(sampling);
   Session session(*lm.engine, tk);
   const int64_t n_ctx = lm.engine->n_ctx();
   const bool interactive = isatty(STDIN_FILENO) == 1;

@@ -35,6 +35,9 @@ void run(const RunArgs& a) {
   } else if (prompt == "-") {
     prompt.assign(std::istreambuf_iterator<char>(std::cin), {});
   }
+  // Option values are checked before the (possibly multi-gigabyte) model is loaded.
+  const SamplerParams sampling = a.sampling.params();
+  if (a.chat) (void)chat_options(a.think, a.no_think);
   LoadedModel lm = load_model(a.model);
   const tok::Tokenizer& tk = *lm.model->tokenizer();
   std::string text = prompt;
@@ -48,7 +51,7 @@ void run(const RunArgs& a) {
   }
   const std::vector<int32_t> ids = tk.encode(text, /*add_special=*/true, /*parse_special=*/true);
   if (ids.empty()) fail("the prompt is empty");
-  Sampler sampler(a.sampling.params());
+  Sampler sampler(sampling);
   Session session(*lm.engine, tk);
   GenerateOptions opt;
   opt.max_tokens = a.n_predict;
