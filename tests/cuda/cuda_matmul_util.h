@@ -30,6 +30,21 @@ inline bool cuda_device_present() {
   return ok;
 }
 
+/// A parameterized test with a CUDA stream of its own (stream_), created in SetUp and destroyed
+/// in TearDown; the test skips (GTEST_SKIP) when no CUDA device is present.
+template <typename Param>
+class CudaStreamTest : public ::testing::TestWithParam<Param> {
+ protected:
+  void SetUp() override {
+    if (!cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+    ASSERT_EQ(cudaStreamCreate(&stream_), cudaSuccess);
+  }
+  void TearDown() override {
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+  cudaStream_t stream_ = nullptr;
+};
+
 #define MINFER_REQUIRE_CUDA_DEVICE() \
   do {                               \
     if (!::minfer::test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";  \

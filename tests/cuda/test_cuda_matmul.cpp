@@ -67,21 +67,13 @@ struct Case {
   size_t x_offset = 0;
 };
 
-class CudaMatmul : public ::testing::TestWithParam<TensorType> {
+class CudaMatmul : public test::CudaStreamTest<TensorType> {
  protected:
-  void SetUp() override {
-    if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
-    ASSERT_EQ(cudaStreamCreate(&stream_), cudaSuccess);
-  }
-  void TearDown() override {
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
-  }
 
   /// Runs every n of `ns` for one (type, m, k) and compares with the CPU; stops after the first
   /// failing n (its details reported).
   void run_case(const Case& c, const std::vector<int64_t>& ns, uint32_t seed);
 
-  cudaStream_t stream_ = nullptr;
   ThreadPool pool_{default_thread_count()};
 };
 

@@ -37,16 +37,8 @@ int64_t k_for(TensorType type) {
   return kq ? 256 * 5 : 32 * 40;
 }
 
-class CudaMatmulFused : public ::testing::TestWithParam<TensorType> {
+class CudaMatmulFused : public test::CudaStreamTest<TensorType> {
  protected:
-  void SetUp() override {
-    if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
-    ASSERT_EQ(cudaStreamCreate(&stream_), cudaSuccess);
-  }
-  void TearDown() override {
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
-  }
-  cudaStream_t stream_ = nullptr;
   ThreadPool pool_{default_thread_count()};
 };
 

@@ -27,22 +27,14 @@ using test::DeviceBuffer;
 constexpr int64_t kPad = 5;  // ldy = m + kPad
 constexpr uint8_t kPoisonByte = 0xFF;
 
-class CudaMatmulFusedPrefill : public ::testing::TestWithParam<TensorType> {
+class CudaMatmulFusedPrefill : public test::CudaStreamTest<TensorType> {
  protected:
-  void SetUp() override {
-    if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
-    ASSERT_EQ(cudaStreamCreate(&stream_), cudaSuccess);
-  }
-  void TearDown() override {
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
-  }
   std::vector<float> download(const float* p, size_t count) {
     std::vector<float> v(count);
     EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
     EXPECT_EQ(cudaMemcpy(v.data(), p, count * 4, cudaMemcpyDeviceToHost), cudaSuccess);
     return v;
   }
-  cudaStream_t stream_ = nullptr;
 };
 
 TEST_P(CudaMatmulFusedPrefill, one_grid_equals_matmul_then_the_adds_for_every_tile) {

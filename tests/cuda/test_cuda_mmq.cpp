@@ -199,15 +199,8 @@ INSTANTIATE_TEST_SUITE_P(QuantizedTypes, CudaMmqEmulated, ::testing::ValuesIn(kM
 
 // ---- device ---------------------------------------------------------------------------------------
 
-class CudaMmq : public ::testing::TestWithParam<TensorType> {
+class CudaMmq : public test::CudaStreamTest<TensorType> {
  protected:
-  void SetUp() override {
-    if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
-    ASSERT_EQ(cudaStreamCreate(&stream_), cudaSuccess);
-  }
-  void TearDown() override {
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
-  }
 
   /// Runs matmul() for the first n tokens of `c` (poisoned output with ldy = m + kPad) and
   /// returns the output.
@@ -215,7 +208,6 @@ class CudaMmq : public ::testing::TestWithParam<TensorType> {
   /// Compares one device run with the emulation (bitwise) and the CPU (bound).
   void check(const HostCase& c, int64_t n);
 
-  cudaStream_t stream_ = nullptr;
   ThreadPool pool_{default_thread_count()};
 };
 

@@ -44,16 +44,8 @@ struct Case {
   int64_t k;
 };
 
-class CudaNormQuantize : public ::testing::TestWithParam<Case> {
+class CudaNormQuantize : public test::CudaStreamTest<Case> {
  protected:
-  void SetUp() override {
-    if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
-    ASSERT_EQ(cudaStreamCreate(&stream_), cudaSuccess);
-  }
-  void TearDown() override {
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
-  }
-  cudaStream_t stream_ = nullptr;
 };
 
 TEST_P(CudaNormQuantize, one_launch_writes_the_bytes_of_rms_norm_then_quantize) {

@@ -161,17 +161,15 @@ bool matmul_fused(TensorType type, int64_t k, const MatmulOut* outs, int n_outs,
                   cudaStream_t stream) {
   if (n > 8) {  // prefill: one MMQ grid with the adds in its epilogue
     if (!matmul_fused_serves(type, k, outs, n_outs, n) || !aligned(qx, 16)) return bad_args("matmul_fused_bad_args");
-    mm::MmqOut mo[mm::kMmqMaxOutputs];
     for (int s = 0; s < n_outs; ++s) {
       const MatmulOut& o = outs[s];
       if (o.y == nullptr || o.ldy < o.m || !aligned(o.y, 4) || (o.residual != nullptr && o.ldr < o.m))
         return bad_args("matmul_fused_bad_args");
-      mo[s] = mm::MmqOut{o.w, o.m, o.y, o.ldy, o.bias, o.residual, o.ldr};
     }
     if (latched("latched_before_matmul")) return false;
     ActKind kind;
     mm::act_kind_for(type, &kind);
-    return mm::launch_mmq_batch(type, mo, n_outs, static_cast<int64_t>(row_bytes(type, k)),
+    return mm::launch_mmq_batch(type, outs, n_outs, static_cast<int64_t>(row_bytes(type, k)),
                                 mm::act_layout(kind, k, n), qx, stream,
                                 static_cast<int>(env_int("MINFER_CUDA_MMQ_TILE", 0)));
   }

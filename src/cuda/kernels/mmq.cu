@@ -569,7 +569,7 @@ std::span<const SmemOptin> mmq_smem_optins() {
   return list;
 }
 
-bool launch_mmq_batch(TensorType type, const MmqOut* outs, int n_outs, int64_t row_bytes, const ActLayout& L,
+bool launch_mmq_batch(TensorType type, const MatmulOut* outs, int n_outs, int64_t row_bytes, const ActLayout& L,
                       const void* acts, cudaStream_t stream, int tile_bn) {
   if ((tile_bn != 0 && tile_bn != kMmqThinBN && tile_bn != kMmqBN && tile_bn != kMmqWideBN) || outs == nullptr ||
       n_outs < 1 || n_outs > kMmqMaxOutputs) {
@@ -581,7 +581,7 @@ bool launch_mmq_batch(TensorType type, const MmqOut* outs, int n_outs, int64_t r
   bp.n_seg = n_outs;
   int64_t row_tiles = 0;
   for (int i = 0; i < n_outs; ++i) {
-    const MmqOut& o = outs[i];
+    const MatmulOut& o = outs[i];
     MmqParams& p = bp.seg[i];
     p.w = static_cast<const uint8_t*>(o.w);
     p.m = o.m;
@@ -630,7 +630,7 @@ bool launch_mmq_batch(TensorType type, const MmqOut* outs, int n_outs, int64_t r
 
 bool launch_mmq(TensorType type, const void* w, int64_t m, int64_t row_bytes, const ActLayout& L,
                 const void* acts, float* y, int64_t ldy, cudaStream_t stream, int tile_bn) {
-  MmqOut o;
+  MatmulOut o;
   o.w = w;
   o.m = m;
   o.y = y;

@@ -27,6 +27,7 @@
 #include <span>
 
 #include "core/types.h"
+#include "cuda/kernels/matmul.cuh"
 #include "cuda/kernels/quantize_acts.cuh"
 #include "cuda/kernels/smem_optin.cuh"
 
@@ -88,27 +89,15 @@ bool launch_mmq(TensorType type, const void* w, int64_t m, int64_t row_bytes, co
 /// Most outputs of one launch_mmq_batch call (a layer's q, k and v projections).
 inline constexpr int kMmqMaxOutputs = 3;
 
-/// One output of launch_mmq_batch: weights W (m rows of the batch's row_bytes, 16-byte aligned:
-/// mmq_accepts), y[j + t * ldy] (ldy >= m), an optional bias [m] and residual [ldr, n] (must not
-/// overlap y). The epilogue writes residual + ((W x) + bias), each add rounded once: the bytes of
-/// the product followed by the separate bias and residual adds.
-struct MmqOut {
-  const void* w = nullptr;
-  int64_t m = 0;
-  float* y = nullptr;
-  int64_t ldy = 0;
-  const float* bias = nullptr;
-  const float* residual = nullptr;
-  int64_t ldr = 0;
-};
-
 /// The outputs of one weight type, row length L.k and activations `acts` (layout L) in ONE grid
-/// (the row tiles of the outputs one after another; the token tile chosen from their total as
+/// (matmul.cuh MatmulOut: W m rows of row_bytes, 16-byte aligned (mmq_accepts); y[j + t * ldy];
+/// the epilogue writes residual + ((W x) + bias), each add rounded once, the bytes of the product
+/// followed by the separate adds; the row tiles of the outputs one after another; the token tile chosen from their total as
 /// mmq_tile_tokens does, or forced by tile_bn as in launch_mmq). Each output's numbers are those
 /// of launch_mmq plus the adds. Returns false (site "matmul_bad_args") for 0 or more than
 /// kMmqMaxOutputs outputs, more than 65535 row tiles or a bad tile_bn; false when the launch
 /// failed ("mmq_<type>").
-bool launch_mmq_batch(TensorType type, const MmqOut* outs, int n_outs, int64_t row_bytes, const ActLayout& L,
+bool launch_mmq_batch(TensorType type, const MatmulOut* outs, int n_outs, int64_t row_bytes, const ActLayout& L,
                       const void* acts, cudaStream_t stream, int tile_bn = 0);
 
 /// The kernel instantiations (the three token tiles of every type) and their dynamic shared memory,

@@ -2,6 +2,7 @@
 
 #include "cuda/kernels/common.cuh"
 #include "cuda/kernels/launch.cuh"
+#include "cuda/kernels/norm_row.cuh"
 
 namespace minfer::cuda {
 namespace {
@@ -12,18 +13,7 @@ __global__ void __launch_bounds__(kRmsNormMaxThreads) rms_norm_kernel(const floa
   __shared__ double scratch[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const float* xr = x + r * len;
-    float* yr = out + r * len;
-    double sum = 0.0;
-#pragma unroll 4
-    for (int64_t i = threadIdx.x; i < len; i += blockDim.x) {
-      const float v = xr[i];
-      sum += static_cast<double>(__fmul_rn(v, v));
-    }
-    sum = block_sum(sum, scratch);
-    const float mean = static_cast<float>(sum / static_cast<double>(len));
-    const float s = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
-#pragma unroll 4
-    for (int64_t i = threadIdx.x; i < len; i += blockDim.x) yr[i] = __fmul_rn(__fmul_rn(xr[i], s), w[i]);
+    rms_row_apply(xr, w, rms_row_scale(xr, len, eps, scratch), len, out + r * len);
   }
 }
 

@@ -4,6 +4,7 @@
 #include "cuda/kernels/common.cuh"
 #include "cuda/kernels/launch.cuh"
 #include "cuda/kernels/norm.cuh"
+#include "cuda/kernels/norm_row.cuh"
 #include "cuda/kernels/quantize_acts.cuh"
 #include "cuda/kernels/quantize_blocks.cuh"
 
@@ -22,17 +23,7 @@ __global__ void __launch_bounds__(kRmsNormMaxThreads)
   __shared__ double scratch[32];
   const int64_t t = blockIdx.x;
   const float* xr = x + t * k;
-  double sum = 0.0;
-#pragma unroll 4
-  for (int64_t i = threadIdx.x; i < k; i += blockDim.x) {
-    const float v = xr[i];
-    sum += static_cast<double>(__fmul_rn(v, v));
-  }
-  sum = block_sum(sum, scratch);
-  const float mean = static_cast<float>(sum / static_cast<double>(k));
-  const float s = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
-#pragma unroll 4
-  for (int64_t i = threadIdx.x; i < k; i += blockDim.x) row[i] = __fmul_rn(__fmul_rn(xr[i], s), w[i]);
+  rms_row_apply(xr, w, rms_row_scale(xr, k, eps, scratch), k, row);
   __syncthreads();
 
   const int lane = static_cast<int>(threadIdx.x & 31), warp = static_cast<int>(threadIdx.x >> 5);
