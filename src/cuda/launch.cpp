@@ -17,6 +17,20 @@ thread_local bool t_has_failure = false;
 
 cudaError_t take_latched_error() { return cudaGetLastError(); }
 
+bool pdl_enabled() {
+  static const bool enabled = [] {
+    if (env_flag("MINFER_NO_PDL")) return false;
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+      (void)cudaGetLastError();  // not blamed on the next launch
+      return false;
+    }
+    return major >= 9;
+  }();
+  return enabled;
+}
+
 bool launch_fault_injected(const char* site) {
   const std::string& list = env_string("MINFER_CUDA_FAIL_LAUNCH");
   if (list.empty() || site == nullptr) return false;

@@ -122,6 +122,7 @@ constexpr int unroll_for() { return T == TensorType::F32 ? 4 : 8; }
 //      the streams of a warp are summed by shuffles, the warps in warp order in shared memory.
 template <TensorType T, int L, int GM>
 __global__ void __launch_bounds__(kAttnDecodeThreads) attn_decode_kernel(DecodeParams p) {
+  pdl_prologue();
   constexpr int P = 32 / L;        // cells a warp scores per step
   constexpr int NS = kWarps * P;   // streams of the block
   constexpr int HD = 8 * L;        // dimensions the lanes of a stream cover (>= head_dim)
@@ -343,6 +344,7 @@ __global__ void __launch_bounds__(kAttnDecodeThreads) attn_decode_kernel(DecodeP
 __global__ void __launch_bounds__(kAttnDecodeThreads)
     attn_decode_combine_kernel(const float* __restrict__ part_o, const float* __restrict__ part_ml,
                                int64_t rows, int64_t n_splits, int64_t hd, float* __restrict__ out) {
+  pdl_prologue();
   __shared__ float w_s[kAttnDecodeMaxSplits];
   __shared__ float red[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -375,11 +377,11 @@ bool launch_split(const DecodeParams& dp, int gm, cudaStream_t stream, const cha
   const dim3 grid(static_cast<unsigned>(dp.n_splits), static_cast<unsigned>(dp.s.n_head_kv * dp.head_slices),
                   static_cast<unsigned>(dp.s.n_tok));
   if (gm <= 2) {
-    attn_decode_kernel<T, L, 2><<<grid, kAttnDecodeThreads, 0, stream>>>(dp);
+    launch_pdl(attn_decode_kernel<T, L, 2>, dim3(grid), dim3(kAttnDecodeThreads), 0, stream, dp);
   } else if (gm <= 4) {
-    attn_decode_kernel<T, L, 4><<<grid, kAttnDecodeThreads, 0, stream>>>(dp);
+    launch_pdl(attn_decode_kernel<T, L, 4>, dim3(grid), dim3(kAttnDecodeThreads), 0, stream, dp);
   } else if constexpr (8 * 8 * L <= kRedFloats) {
-    attn_decode_kernel<T, L, 8><<<grid, kAttnDecodeThreads, 0, stream>>>(dp);
+    launch_pdl(attn_decode_kernel<T, L, 8>, dim3(grid), dim3(kAttnDecodeThreads), 0, stream, dp);
   } else {
     return false;  // attn_decode checked heads_per_slice <= max_heads_for(head_dim)
   }
@@ -472,8 +474,8 @@ bool attn_decode(TensorType kv_type, const AttnShape& s, const AttnDecodePlan& p
   }
   if (!ok || plan.n_splits == 1) return ok;
   const int64_t out_rows = s.n_tok * s.n_head;
-  attn_decode_combine_kernel<<<grid_for(out_rows, 1), kAttnDecodeThreads, 0, stream>>>(
-      dp.part_o, dp.part_ml, out_rows, plan.n_splits, s.head_dim, a.out);
+  launch_pdl(attn_decode_combine_kernel, dim3(grid_for(out_rows, 1)), dim3(kAttnDecodeThreads), 0, stream, dp.part_o,
+             dp.part_ml, out_rows, plan.n_splits, s.head_dim, a.out);
   return MINFER_LAUNCH_CHECK("attn_decode_combine");
 }
 

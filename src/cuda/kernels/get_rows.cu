@@ -12,6 +12,7 @@ template <TensorType T>
 __global__ void get_rows_kernel(const uint8_t* __restrict__ table, int64_t d, int64_t rows,
                                 size_t row_bytes, const int32_t* __restrict__ ids, int64_t n,
                                 float* __restrict__ out, uint32_t* fault) {
+  pdl_prologue();
   for (int64_t t = blockIdx.y; t < n; t += gridDim.y) {
     const int32_t id = ids[t];
     const bool ok = id >= 0 && id < rows;
@@ -28,7 +29,7 @@ template <TensorType T>
 bool launch(const void* table, int64_t d, int64_t rows, size_t row_bytes, const int32_t* ids,
             int64_t n, float* out, uint32_t* fault, cudaStream_t stream, const char* site) {
   const dim3 grid(grid_for(d, kBlock), static_cast<unsigned>(n < kMaxGridYZ ? n : kMaxGridYZ));
-  get_rows_kernel<T><<<grid, kBlock, 0, stream>>>(static_cast<const uint8_t*>(table), d, rows,
+  launch_pdl(get_rows_kernel<T>, dim3(grid), dim3(kBlock), 0, stream, static_cast<const uint8_t*>(table), d, rows,
                                                   row_bytes, ids, n, out, fault);
   return MINFER_LAUNCH_CHECK(site);
 }

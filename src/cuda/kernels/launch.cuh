@@ -9,6 +9,8 @@
 
 #include <cuda_runtime.h>
 
+#include <utility>
+
 namespace minfer::cuda {
 
 /// Clears and returns an error latched before a launch (cudaSuccess when none). Call before
@@ -30,6 +32,42 @@ struct LaunchFailure {
 };
 const LaunchFailure* launch_failure();
 void clear_launch_failure();
+
+/// True when launches made with launch_pdl() carry the programmatic-dependent-launch attribute:
+/// the current device is sm_90 or newer and MINFER_NO_PDL is not set (read once per process).
+bool pdl_enabled();
+
+/// Launches kernel<<<grid, block, smem, stream>>>(args...) with programmatic dependent launch
+/// (PDL, sm_90+) when pdl_enabled(): the kernel's blocks may start while the previous kernel in
+/// the stream is still running, so its launch latency hides behind that kernel's tail. The kernel
+/// MUST begin with pdl_prologue() (it waits for the previous kernel's completion and memory
+/// before any global access). Same error reporting as <<<>>>: follow with MINFER_LAUNCH_CHECK.
+template <typename... KernelArgs, typename... Args>
+void launch_pdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);  // the error stays latched for the check
+}
+
+/// First statement of every kernel launched with launch_pdl(): waits until the grids this one
+/// depends on have completed and their writes are visible (griddepcontrol.wait), then lets the
+/// next PDL launch in the stream start its blocks (griddepcontrol.launch_dependents). Both are
+/// no-ops for a launch without the attribute and below sm_90.
+__device__ __forceinline__ void pdl_prologue() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
 
 }  // namespace minfer::cuda
 

@@ -40,6 +40,20 @@ bool latched(const char* site) {
   return true;
 }
 
+/// The K-quant MMVQ: the direct-load kernel where it applies (Q4_K/Q5_K, 16-byte aligned
+/// weights; mmvq_kquants_direct.cu), else the shared-memory staged one. MINFER_CUDA_MMVQ_STAGED=1
+/// forces the staged kernel (A/B measurements).
+bool launch_kquant(TensorType type, const mm::MmvqBatch& b, const mm::Q8KView& acts, cudaStream_t stream) {
+  if (!env_flag("MINFER_CUDA_MMVQ_STAGED")) {
+    bool launched = false;
+    const int kb = static_cast<int>(env_int("MINFER_CUDA_MMVQ_KB", 0));
+    const bool ok =
+        mm::launch_mmvq_kquant_direct(type, b, acts, stream, kb, env_flag("MINFER_CUDA_MMVQ_PERSISTENT"), &launched);
+    if (launched) return ok;
+  }
+  return mm::launch_mmvq_kquant(type, b, acts, stream, env_flag("MINFER_CUDA_MMVQ_PERSISTENT"));
+}
+
 }  // namespace
 
 bool matmul_supported(TensorType type, int64_t k, const char** why) {
@@ -98,8 +112,10 @@ bool matmul(TensorType type, const void* W, int64_t k, int64_t m, const float* x
 
   const mm::MmvqArgs a{W, k, m, rb, static_cast<int>(n), y, ldy};
   switch (kind) {
-    case ActKind::Q8: return mm::launch_mmvq_legacy(type, mm::single_batch(a), mm::q8_view(L, qx), stream);
-    case ActKind::Q8K: return mm::launch_mmvq_kquant(type, mm::single_batch(a), mm::q8k_view(L, qx), stream);
+    case ActKind::Q8:
+      return mm::launch_mmvq_legacy(type, mm::single_batch(a), mm::q8_view(L, qx), stream,
+                                    env_flag("MINFER_CUDA_MMVQ_PERSISTENT"));
+    case ActKind::Q8K: return launch_kquant(type, mm::single_batch(a), mm::q8k_view(L, qx), stream);
     case ActKind::F32: return mm::launch_mmvq_float(type, a, x, k, stream);
     case ActKind::F16:
     case ActKind::BF16: return mm::launch_mmvq_float(type, a, qx, L.stride, stream);
@@ -141,8 +157,9 @@ bool launch_batch(TensorType type, const mm::MmvqBatch& b, const void* qx, cudaS
   ActKind kind;
   mm::act_kind_for(type, &kind);
   const ActLayout L = mm::act_layout(kind, b.k, b.n);
-  if (kind == ActKind::Q8) return mm::launch_mmvq_legacy(type, b, mm::q8_view(L, qx), stream);
-  return mm::launch_mmvq_kquant(type, b, mm::q8k_view(L, qx), stream);
+  if (kind == ActKind::Q8)
+    return mm::launch_mmvq_legacy(type, b, mm::q8_view(L, qx), stream, env_flag("MINFER_CUDA_MMVQ_PERSISTENT"));
+  return launch_kquant(type, b, mm::q8k_view(L, qx), stream);
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
 //   mmvq_legacy.cu  Q4_0 Q4_1 Q5_0 Q5_1 Q8_0: one row per warp, lane l handles blocks l mod 32.
 //   mmvq_kquants.cu Q4_K Q5_K Q6_K: one row per warp, 8 lanes per super-block, 4 super-blocks
 //                   at a time; the term of super-block t is shuffled to lane t % 32.
+//   mmvq_kquants_direct.cu Q4_K Q5_K with 16-byte aligned weights: two rows per warp, 4 lanes
+//                   per super-block, loads straight into registers (no stage).
 //   mmvq_float.cu   F32 F16 BF16: 4 (2-byte types) or 8 (F32) lanes per row, each owning 8 or 4
 //                   virtual lanes, so 16-byte loads need no data exchange.
 // Quantized weights are streamed with 16-byte loads of aligned words into a per-warp shared
@@ -79,8 +81,21 @@ inline MmvqBatch single_batch(const MmvqArgs& a) {
   return b;
 }
 
-bool launch_mmvq_legacy(TensorType type, const MmvqBatch& b, const Q8View& acts, cudaStream_t stream);
-bool launch_mmvq_kquant(TensorType type, const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream);
+/// The staged quantized MMVQ kernels. persistent (n = 1 only; MINFER_CUDA_MMVQ_PERSISTENT=1):
+/// warps of two rows each that walk several row pairs with the next chunk's loads in flight;
+/// false (the default, measured faster): one warp per row (per gate/up row with glu).
+bool launch_mmvq_legacy(TensorType type, const MmvqBatch& b, const Q8View& acts, cudaStream_t stream,
+                        bool persistent = false);
+bool launch_mmvq_kquant(TensorType type, const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream,
+                        bool persistent = false);
+/// The direct-load K-quant MMVQ (mmvq_kquants_direct.cu): Q4_K and Q5_K with every segment's
+/// weights 16-byte aligned (acts.qs 16-byte, acts.bsums 8-byte aligned). Sets *launched to false
+/// (and returns true) when it does not apply, so the caller falls back to launch_mmvq_kquant;
+/// otherwise returns the launch's result. Same results, bit for bit, as launch_mmvq_kquant.
+/// kb: 2 = 16 super-blocks per warp and step, else 8 (a tuning knob); persistent: as for the
+/// staged kernels below.
+bool launch_mmvq_kquant_direct(TensorType type, const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream,
+                               int kb, bool persistent, bool* launched);
 /// F32: `acts` is x (f32, token column t at x + t * k); F16/BF16: the converted plane
 /// (uint16, column t at acts + t * act_stride).
 bool launch_mmvq_float(TensorType type, const MmvqArgs& a, const void* acts, int64_t act_stride,

@@ -309,6 +309,99 @@ MM_UNROLL
   }
 }
 
+/// A quarter q (0..3) of a Q4_K/Q5_K super-block: sub-blocks 2q and 2q + 1, elements 64q ..
+/// 64q + 63, unpacked from words read straight from global memory (the direct-load MMVQ,
+/// mmvq_kquants_direct.cu). lo[i] holds elements 64q + 4i .. 64q + 4i + 3 (sub-block 2q),
+/// hi[i] elements 64q + 32 + 4i .. (sub-block 2q + 1), as bytes 0..15 (Q4_K) or 0..31 (Q5_K).
+struct KQuarterW {
+  uint32_t lo[8];
+  uint32_t hi[8];
+  uint32_t sc;  ///< scale of sub-block 2q in bits 0..7, of 2q + 1 in bits 8..15 (6-bit values)
+  uint32_t mn;  ///< the two mins, same packing
+};
+
+/// The 6-bit scales and mins of sub-blocks 2q and 2q + 1 from scales[0..11] as the words s0,
+/// s1, s2 (the rule of get_scale_min_k4, ggml-quants.c; blocks.h k4_scale_min), without a
+/// branch: both sub-blocks sit in bytes 2(q % 2), 2(q % 2) + 1 of each word.
+MM_HD void k4_quarter_scales(int q, uint32_t s0, uint32_t s1, uint32_t s2, uint32_t* sc,
+                             uint32_t* mn) {
+  const int sh = 16 * (q & 1);
+  const uint32_t a = s0 >> sh, b = s1 >> sh, c = s2 >> sh;
+  if (q < 2) {  // j < 4: the low 6 bits of scales[j] / scales[j + 4]
+    *sc = a & 0x3F3Fu;
+    *mn = b & 0x3F3Fu;
+  } else {  // j >= 4: 4 bits from scales[j + 4], the top 2 from scales[j - 4] / scales[j]
+    *sc = (c & 0x0F0Fu) | ((a >> 2) & 0x3030u);
+    *mn = ((c >> 4) & 0x0F0Fu) | ((b >> 2) & 0x3030u);
+  }
+}
+
+/// Quarter q of a Q4_K (qh unused) or Q5_K super-block from its header word hd (d, dmin,
+/// scales[0..11]), the 32 qs bytes 32q .. 32q + 31 (qa, qb) and, for Q5_K, the 32 qh bytes (ha,
+/// hb: bit j of qh[l] is bit 4 of element 32 j + l). Layouts: blocks.h block_q4_K, block_q5_K.
+template <TensorType kType>
+MM_HD KQuarterW kquarter_decode(const uint4& hd, const uint4& qa, const uint4& qb, const uint4& ha,
+                                const uint4& hb, int q) {
+  KQuarterW w;
+  k4_quarter_scales(q, hd.y, hd.z, hd.w, &w.sc, &w.mn);
+  const uint32_t in[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+MM_UNROLL
+  for (int i = 0; i < 8; ++i) {
+    w.lo[i] = in[i] & 0x0F0F0F0Fu;
+    w.hi[i] = (in[i] >> 4) & 0x0F0F0F0Fu;
+  }
+  if constexpr (kType == TensorType::Q5_K) {
+    const uint32_t h[8] = {ha.x, ha.y, ha.z, ha.w, hb.x, hb.y, hb.z, hb.w};
+MM_UNROLL
+    for (int i = 0; i < 8; ++i) {
+      w.lo[i] |= ((h[i] >> (2 * q)) & 0x01010101u) << 4;
+      w.hi[i] |= ((h[i] >> (2 * q + 1)) & 0x01010101u) << 4;
+    }
+  }
+  return w;
+}
+
+/// Quarter q's share of isum (x) and msum (y) of super-block t for token column col (the sums
+/// of kquant_partial, split 4 ways instead of 8; exact, so the 4 shares add up to the totals).
+MM_HD int2 kquarter_partial(const KQuarterW& w, const Q8KView& a, int col, int64_t t, int q) {
+  const int8_t* aq = a.qs + col * a.k + t * 256 + 64 * q;
+  const int4 a0 = ldg(reinterpret_cast<const int4*>(aq));
+  const int4 a1 = ldg(reinterpret_cast<const int4*>(aq + 16));
+  const int4 a2 = ldg(reinterpret_cast<const int4*>(aq + 32));
+  const int4 a3 = ldg(reinterpret_cast<const int4*>(aq + 48));
+  int s0 = dp4a(w.lo[0], a0.x, 0);
+  s0 = dp4a(w.lo[1], a0.y, s0);
+  s0 = dp4a(w.lo[2], a0.z, s0);
+  s0 = dp4a(w.lo[3], a0.w, s0);
+  s0 = dp4a(w.lo[4], a1.x, s0);
+  s0 = dp4a(w.lo[5], a1.y, s0);
+  s0 = dp4a(w.lo[6], a1.z, s0);
+  s0 = dp4a(w.lo[7], a1.w, s0);
+  int s1 = dp4a(w.hi[0], a2.x, 0);
+  s1 = dp4a(w.hi[1], a2.y, s1);
+  s1 = dp4a(w.hi[2], a2.z, s1);
+  s1 = dp4a(w.hi[3], a2.w, s1);
+  s1 = dp4a(w.hi[4], a3.x, s1);
+  s1 = dp4a(w.hi[5], a3.y, s1);
+  s1 = dp4a(w.hi[6], a3.z, s1);
+  s1 = dp4a(w.hi[7], a3.w, s1);
+  // bsums[4q .. 4q + 3]: 16-element sums; sub-block 2q covers the first two.
+  const int2 bs = ldg(reinterpret_cast<const int2*>(a.bsums + (col * a.nb + t) * 16 + 4 * q));
+  const int b01 = static_cast<int16_t>(bs.x & 0xFFFF) + (bs.x >> 16);
+  const int b23 = static_cast<int16_t>(bs.y & 0xFFFF) + (bs.y >> 16);
+  const int sc0 = static_cast<int>(w.sc & 0xFFu), sc1 = static_cast<int>(w.sc >> 8);
+  const int m0 = static_cast<int>(w.mn & 0xFFu), m1 = static_cast<int>(w.mn >> 8);
+  return make_int2(sc0 * s0 + sc1 * s1, m0 * b01 + m1 * b23);
+}
+
+/// The term of a Q4_K/Q5_K super-block from its header's d and dmin (half bits in hd_x) and the
+/// exact totals (kquant_term's formula and operation order).
+MM_HD float kquarter_term(uint32_t hd_x, float da, int isum, int msum) {
+  const float d = half_to_float(static_cast<uint16_t>(hd_x & 0xFFFFu));
+  const float dmin = half_to_float(static_cast<uint16_t>(hd_x >> 16));
+  return fsub(fmul(fmul(d, da), i2f(isum)), fmul(fmul(dmin, da), i2f(msum)));
+}
+
 /// The super-block's term from the exact totals: Q4_K/Q5_K (d * da) * float(isum) -
 /// (dmin * da) * float(msum); Q6_K (d * da) * float(isum).
 template <TensorType kType>

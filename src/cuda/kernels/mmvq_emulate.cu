@@ -111,6 +111,106 @@ bool emulate_kquant(const uint8_t* w, int64_t k, int64_t m, const Q8KView& a, in
   return true;
 }
 
+/// 16 bytes at p as four little-endian words (the device's 16-byte load).
+uint4 load16(const uint8_t* p) {
+  uint4 r;
+  std::memcpy(&r, p, 16);
+  return r;
+}
+
+/// mmvq_kquant_direct_kernel (Q4_K/Q5_K, 16-byte aligned weights) lane by lane: per step of
+/// 8 KB super-blocks, lane 4g + q decodes quarter q of super-block t0 + 8 kb + g (clamped to the
+/// row's last one), the shares are exchanged as the kernel's xor-shuffles do (transposed for
+/// KB = 2), each lane forms the term of the half it holds, and lane l adds the term of lane
+/// my_src when the step is its step and the super-block exists.
+template <TensorType kType>
+bool emulate_kquant_direct_kb(const uint8_t* w, int64_t k, int64_t m, const Q8KView& a, int n, float* y,
+                              int64_t ldy, int KB) {
+  constexpr int kBytes = kType == TensorType::Q4_K ? 144 : 176;
+  constexpr int kQsOff = kType == TensorType::Q4_K ? 16 : 48;
+  const int64_t nb = k / 256;
+  const int step_blocks = 8 * KB, steps_per_round = 32 / step_blocks;
+  const uint4 zero{0, 0, 0, 0};
+  for (int64_t row = 0; row < m; ++row) {
+    float acc[32][8] = {};
+    const uint8_t* rw = w + row * nb * kBytes;
+    for (int64_t t0 = 0, step = 0; t0 < nb; t0 += step_blocks, ++step) {
+      int64_t tk[32][2];
+      int isum[32][2][8], msum[32][2][8];
+      uint32_t hdx[32][2];
+      for (int lane = 0; lane < 32; ++lane) {
+        const int q = lane & 3, g = lane >> 2;
+        for (int kb = 0; kb < KB; ++kb) {
+          const int64_t t = t0 + 8 * kb + g;
+          tk[lane][kb] = t < nb ? t : nb - 1;
+          const uint8_t* blk = rw + tk[lane][kb] * kBytes;
+          const uint4 hd = load16(blk);
+          hdx[lane][kb] = hd.x;
+          const uint4 ha = kType == TensorType::Q5_K ? load16(blk + 16) : zero;
+          const uint4 hb = kType == TensorType::Q5_K ? load16(blk + 32) : zero;
+          const KQuarterW wq = kquarter_decode<kType>(hd, load16(blk + kQsOff + 32 * q),
+                                                      load16(blk + kQsOff + 32 * q + 16), ha, hb, q);
+          for (int c = 0; c < n; ++c) {
+            const int2 sh = kquarter_partial(wq, a, c, tk[lane][kb], q);
+            isum[lane][kb][c] = sh.x;
+            msum[lane][kb][c] = sh.y;
+          }
+        }
+      }
+      for (int c = 0; c < n; ++c) {
+        int vi[32], vm[32], ti[32], tm[32];
+        for (int lane = 0; lane < 32; ++lane) {
+          const int odd = lane & 1, p = lane ^ 1;
+          if (KB == 2) {  // keep half `odd`, receive the partner's share of it
+            vi[lane] = isum[lane][odd][c] + isum[p][odd][c];
+            vm[lane] = msum[lane][odd][c] + msum[p][odd][c];
+          } else {
+            vi[lane] = isum[lane][0][c] + isum[p][0][c];
+            vm[lane] = msum[lane][0][c] + msum[p][0][c];
+          }
+        }
+        for (int lane = 0; lane < 32; ++lane) {
+          ti[lane] = vi[lane] + vi[lane ^ 2];
+          tm[lane] = vm[lane] + vm[lane ^ 2];
+        }
+        float term[32];
+        for (int lane = 0; lane < 32; ++lane) {
+          const int half = KB == 2 ? lane & 1 : 0;
+          const int64_t t_mine = tk[lane][half];
+          term[lane] = kquarter_term(hdx[lane][half], ldg(a.d + c * a.nb + t_mine), ti[lane], tm[lane]);
+        }
+        for (int lane = 0; lane < 32; ++lane) {
+          const int my_step = lane / step_blocks;
+          const int my_src = 4 * (lane % 8) + (KB == 2 ? (lane >> 3) & 1 : 0);
+          if (step % steps_per_round == my_step && t0 + lane % step_blocks < nb)
+            acc[lane][c] = fadd(acc[lane][c], term[my_src]);
+        }
+      }
+    }
+    for (int c = 0; c < n; ++c) {
+      float v[32];
+      for (int l = 0; l < 32; ++l) v[l] = acc[l][c];
+      y[row + c * ldy] = fold(v);
+    }
+  }
+  return true;
+}
+
+/// The direct kernel with one half per step (the default), checked against two halves per step
+/// (MINFER_CUDA_MMVQ_KB=2): both must give the same bits, else false.
+template <TensorType kType>
+bool emulate_kquant_direct(const uint8_t* w, int64_t k, int64_t m, const Q8KView& a, int n, float* y,
+                           int64_t ldy) {
+  std::vector<float> y2(static_cast<size_t>(ldy * n), 0.0f);
+  if (!emulate_kquant_direct_kb<kType>(w, k, m, a, n, y, ldy, 1) ||
+      !emulate_kquant_direct_kb<kType>(w, k, m, a, n, y2.data(), ldy, 2))
+    return false;
+  for (int c = 0; c < n; ++c)
+    for (int64_t j = 0; j < m; ++j)
+      if (f2u(y[j + c * ldy]) != f2u(y2[static_cast<size_t>(j + c * ldy)])) return false;
+  return true;
+}
+
 }  // namespace
 
 bool host_activations_from_blocks(TensorType type, const void* blocks, int64_t k, int64_t n,
@@ -173,9 +273,15 @@ bool emulate_mmvq(TensorType type, const void* w, int64_t k, int64_t m, const vo
   if (kind == ActKind::Q8K) {
     if (k % 256 != 0) return false;
     const Q8KView a = q8k_view(act_layout(kind, k, n), acts);
+    const bool aligned16 = (reinterpret_cast<uintptr_t>(w) & 15u) == 0;
     switch (type) {
-      case TensorType::Q4_K: return emulate_kquant<TensorType::Q4_K>(wb, k, m, a, nn, y, ldy);
-      case TensorType::Q5_K: return emulate_kquant<TensorType::Q5_K>(wb, k, m, a, nn, y, ldy);
+      // As on the device: the direct-load kernel for 16-byte aligned Q4_K/Q5_K weights.
+      case TensorType::Q4_K:
+        return aligned16 ? emulate_kquant_direct<TensorType::Q4_K>(wb, k, m, a, nn, y, ldy)
+                         : emulate_kquant<TensorType::Q4_K>(wb, k, m, a, nn, y, ldy);
+      case TensorType::Q5_K:
+        return aligned16 ? emulate_kquant_direct<TensorType::Q5_K>(wb, k, m, a, nn, y, ldy)
+                         : emulate_kquant<TensorType::Q5_K>(wb, k, m, a, nn, y, ldy);
       case TensorType::Q6_K: return emulate_kquant<TensorType::Q6_K>(wb, k, m, a, nn, y, ldy);
       default: return false;
     }

@@ -16,6 +16,43 @@
 namespace minfer::cuda::mm {
 namespace {
 
+/// Adds the terms of the super-blocks b0 .. b0 + CB - 1 (< nb) of one row, staged at byte
+/// `offset` of sb, to the virtual lanes' running sums acc (lane t % 32 takes super-block t).
+/// Called by the whole warp.
+template <TensorType kType, int N>
+__device__ __forceinline__ void kquant_chunk_terms(const uint8_t* sb, int offset, int64_t b0, int64_t nb,
+                                                   const Q8KView& acts, int lane, float (&acc)[N]) {
+  using T = KQuant<kType>;
+  const int g = lane >> 3, part = lane & 7;
+#pragma unroll
+  for (int it = 0; it < T::CB / 4; ++it) {
+    const int64_t t_first = b0 + 4 * it;  // warp-uniform
+    if (t_first >= nb) break;
+    const int i = 4 * it + g;
+    // A group past the row's end decodes stale stage bytes (inside the stage) and reads the
+    // row's last activation block; its term is never taken.
+    const int64_t t = t_first + g < nb ? t_first + g : nb - 1;
+    const KPartW wp = T::decode(sb, offset + i * T::kBytes, part);
+    // Lane `lane` takes the term of super-block t_first + sel when that is = lane (mod 32).
+    const int sel = static_cast<int>((lane - t_first) & 31);
+    const bool take = sel < 4 && t_first + sel < nb;
+    const int src = (sel & 3) * 8;
+#pragma unroll
+    for (int c = 0; c < N; ++c) {
+      int2 s = kquant_partial<kType>(wp, acts, c, t, part);
+#pragma unroll
+      for (int o = 1; o < 8; o <<= 1) {
+        s.x += __shfl_xor_sync(kFullMask, s.x, o);
+        if constexpr (T::kHasMin) s.y += __shfl_xor_sync(kFullMask, s.y, o);
+      }
+      const float da = __ldg(acts.d + c * acts.nb + t);
+      const float term = kquant_term<kType>(wp, da, s.x, s.y);
+      const float v = __shfl_sync(kFullMask, term, src);
+      if (take) acc[c] = __fadd_rn(acc[c], v);
+    }
+  }
+}
+
 /// The dot products of weight row `row` (of a tensor of m rows at w) with the N activation
 /// columns; the result is in lane 0 of acc (the contract's fold). Called by the whole warp.
 template <TensorType kType, int N>
@@ -24,7 +61,6 @@ __device__ __forceinline__ void kquant_row_dot(const uint8_t* w, int64_t m, int6
                                                int lane, float (&acc)[N]) {
   using T = KQuant<kType>;
   const uint8_t* sb = reinterpret_cast<const uint8_t*>(stage);
-  const int g = lane >> 3, part = lane & 7;
 
   const uint64_t lo = reinterpret_cast<uint64_t>(w);
   const uint64_t hi = lo + static_cast<uint64_t>(m) * static_cast<uint64_t>(row_bytes);
@@ -48,43 +84,19 @@ __device__ __forceinline__ void kquant_row_dot(const uint8_t* w, int64_t m, int6
       next = stage_geom(row_start + static_cast<uint64_t>(b1 * T::kBytes), cnt * T::kBytes);
       regs.load(next, lane, lo, hi);
     }
-#pragma unroll
-    for (int it = 0; it < T::CB / 4; ++it) {
-      const int64_t t_first = b0 + 4 * it;  // warp-uniform
-      if (t_first >= nb) break;
-      const int i = 4 * it + g;
-      // A group past the row's end decodes stale stage bytes (inside the stage) and reads the
-      // row's last activation block; its term is never taken.
-      const int64_t t = t_first + g < nb ? t_first + g : nb - 1;
-      const KPartW wp = T::decode(sb, cur.offset + i * T::kBytes, part);
-      // Lane `lane` takes the term of super-block t_first + sel when that is = lane (mod 32).
-      const int sel = static_cast<int>((lane - t_first) & 31);
-      const bool take = sel < 4 && t_first + sel < nb;
-      const int src = (sel & 3) * 8;
-#pragma unroll
-      for (int c = 0; c < N; ++c) {
-        int2 s = kquant_partial<kType>(wp, acts, c, t, part);
-#pragma unroll
-        for (int o = 1; o < 8; o <<= 1) {
-          s.x += __shfl_xor_sync(kFullMask, s.x, o);
-          if constexpr (T::kHasMin) s.y += __shfl_xor_sync(kFullMask, s.y, o);
-        }
-        const float da = __ldg(acts.d + c * acts.nb + t);
-        const float term = kquant_term<kType>(wp, da, s.x, s.y);
-        const float v = __shfl_sync(kFullMask, term, src);
-        if (take) acc[c] = __fadd_rn(acc[c], v);
-      }
-    }
+    kquant_chunk_terms<kType, N>(sb, cur.offset, chunk * T::CB, nb, acts, lane, acc);
     __syncwarp();  // the stage is rewritten by the next chunk
   }
 #pragma unroll
   for (int c = 0; c < N; ++c) acc[c] = fold_lanes(acc[c]);
 }
 
-// One warp per grid row (mmvq_batch.cuh: the row's segment; with glu the gate and up rows).
+// n = 2..8: one warp per grid row (mmvq_batch.cuh: the row's segment; with glu the gate and up
+// rows).
 template <TensorType kType, int N, bool kGlu>
-__global__ void __launch_bounds__(kMmvqWarps * 32, N == 1 ? 8 : 4)
+__global__ void __launch_bounds__(kMmvqWarps * 32, 4)
     mmvq_kquant_kernel(const MmvqBatch b, const Q8KView acts) {
+  pdl_prologue();
   using T = KQuant<kType>;
   static_assert(T::CB % 4 == 0, "a chunk holds whole groups of 4 super-blocks");
   static_assert(((14 + T::CB * T::kBytes + 15) >> 4) + 2 <= 32 * T::U + 1,
@@ -107,6 +119,77 @@ __global__ void __launch_bounds__(kMmvqWarps * 32, N == 1 ? 8 : 4)
   if (lane == 0) store_row(s, acc);
 }
 
+// n = 1, persistent: warp i of the grid takes work items (row pairs, mmvq_batch.cuh pair_rows)
+// i, i + W, ... (W = the grid's warps), each as its chunks of CB super-blocks, and loads the next
+// chunk (of the same or of the next pair) into registers before computing the current one from
+// the stages. Per row the arithmetic is kquant_row_dot's.
+template <TensorType kType, bool kGlu>
+__global__ void __launch_bounds__(kMmvqWarps * 32, 4) mmvq_kquant_stream_kernel(const MmvqBatch b, const Q8KView acts) {
+  pdl_prologue();
+  using T = KQuant<kType>;
+  constexpr int kWords = 32 * T::U + 1;
+  static_assert(((14 + T::CB * T::kBytes + 15) >> 4) + 2 <= kWords,
+                "a chunk at any 2-byte alignment (plus the over-read) fits the stage");
+  __shared__ uint4 stage_all[kMmvqWarps][2 * kWords];
+  const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
+  uint4* stage = stage_all[warp];
+  const int64_t n_warps = static_cast<int64_t>(gridDim.x) * kMmvqWarps;
+  int64_t p = static_cast<int64_t>(blockIdx.x) * kMmvqWarps + warp;
+  const int64_t nb = b.k / 256;
+  const int64_t n_chunks = (nb + T::CB - 1) / T::CB;
+  auto chunk_geom = [&](const RowSpan& r, int64_t chunk) {
+    const int64_t b0 = chunk * T::CB;
+    const int64_t cnt = nb - b0 < T::CB ? nb - b0 : T::CB;
+    return stage_geom(r.start + static_cast<uint64_t>(b0 * T::kBytes), cnt * T::kBytes);
+  };
+  RowSpan rs[2];
+  if (!pair_spans<kGlu>(b, p, rs)) return;  // the whole warp leaves; no block-wide barrier follows
+  StageRegs<T::U> regs[2];
+  StageGeom geom[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    geom[r] = chunk_geom(rs[r], 0);
+    regs[r].load(geom[r], lane, rs[r].lo, rs[r].hi);
+  }
+  float acc[2][1] = {{0.0f}, {0.0f}};
+  int64_t chunk = 0;
+  for (;;) {
+    StageGeom cur[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      cur[r] = geom[r];
+      regs[r].store(stage + r * kWords, cur[r], lane);
+    }
+    __syncwarp();
+    int64_t next_p = p, next_chunk = chunk + 1;
+    bool has_next = true;
+    if (next_chunk == n_chunks) {
+      next_p = p + n_warps;
+      next_chunk = 0;
+      has_next = pair_spans<kGlu>(b, next_p, rs);
+    }
+    if (has_next) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        geom[r] = chunk_geom(rs[r], next_chunk);
+        regs[r].load(geom[r], lane, rs[r].lo, rs[r].hi);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      kquant_chunk_terms<kType, 1>(reinterpret_cast<const uint8_t*>(stage + r * kWords), cur[r].offset,
+                                   chunk * T::CB, nb, acts, lane, acc[r]);
+    __syncwarp();  // the stages are rewritten by the next chunk
+    if (next_chunk == 0) {
+      store_pair<kGlu, 1>(b, p, acc, lane);
+      acc[0][0] = acc[1][0] = 0.0f;
+    }
+    if (!has_next) break;
+    p = next_p;
+    chunk = next_chunk;
+  }
+}
+
 #define MINFER_MMVQ_SITES(name)                                                        \
   {                                                                                    \
     "mmvq_" name "_n1", "mmvq_" name "_n2", "mmvq_" name "_n3", "mmvq_" name "_n4",    \
@@ -114,13 +197,20 @@ __global__ void __launch_bounds__(kMmvqWarps * 32, N == 1 ? 8 : 4)
   }
 
 template <TensorType kType, bool kGlu>
-bool launch_type(const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, const char* const* sites) {
-  const dim3 grid(static_cast<unsigned>((batch_rows(b) + kMmvqWarps - 1) / kMmvqWarps));
+bool launch_type(const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, const char* const* sites,
+                 bool persistent) {
   const dim3 block(kMmvqWarps * 32);
+  if (b.n == 1 && persistent) {  // decode: persistent warps, two rows each
+    auto* kernel = mmvq_kquant_stream_kernel<kType, kGlu>;
+    const int64_t pairs = kGlu ? b.seg[0].m : (batch_rows(b) + 1) / 2;
+    launch_pdl(kernel, dim3(persistent_blocks(kernel, pairs)), dim3(block), 0, stream, b, acts);
+    return MINFER_LAUNCH_CHECK(sites[0]);
+  }
+  const dim3 grid(static_cast<unsigned>((batch_rows(b) + kMmvqWarps - 1) / kMmvqWarps));
   switch (b.n) {
 #define MINFER_CASE(N)                                                         \
   case N:                                                                      \
-    mmvq_kquant_kernel<kType, N, kGlu><<<grid, block, 0, stream>>>(b, acts);   \
+    launch_pdl(mmvq_kquant_kernel<kType, N, kGlu>, dim3(grid), dim3(block), 0, stream, b, acts);   \
     return MINFER_LAUNCH_CHECK(sites[N - 1]);
     MINFER_CASE(1)
     MINFER_CASE(2)
@@ -137,14 +227,15 @@ bool launch_type(const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, c
 
 template <TensorType kType>
 bool launch_either(const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, const char* const* sites,
-                   const char* const* glu_sites) {
-  return b.glu ? launch_type<kType, true>(b, acts, stream, glu_sites)
-               : launch_type<kType, false>(b, acts, stream, sites);
+                   const char* const* glu_sites, bool persistent) {
+  return b.glu ? launch_type<kType, true>(b, acts, stream, glu_sites, persistent)
+               : launch_type<kType, false>(b, acts, stream, sites, persistent);
 }
 
 }  // namespace
 
-bool launch_mmvq_kquant(TensorType type, const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream) {
+bool launch_mmvq_kquant(TensorType type, const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream,
+                        bool persistent) {
   static const char* const kQ4_K[8] = MINFER_MMVQ_SITES("q4_K");
   static const char* const kQ5_K[8] = MINFER_MMVQ_SITES("q5_K");
   static const char* const kQ6_K[8] = MINFER_MMVQ_SITES("q6_K");
@@ -154,9 +245,9 @@ bool launch_mmvq_kquant(TensorType type, const MmvqBatch& b, const Q8KView& acts
   if (b.n_seg < 1 || b.n_seg > kMmvqMaxSegments || (b.glu && (b.n_seg != 2 || b.seg[1].m != b.seg[0].m)))
     return false;
   switch (type) {
-    case TensorType::Q4_K: return launch_either<TensorType::Q4_K>(b, acts, stream, kQ4_K, kQ4_Kg);
-    case TensorType::Q5_K: return launch_either<TensorType::Q5_K>(b, acts, stream, kQ5_K, kQ5_Kg);
-    case TensorType::Q6_K: return launch_either<TensorType::Q6_K>(b, acts, stream, kQ6_K, kQ6_Kg);
+    case TensorType::Q4_K: return launch_either<TensorType::Q4_K>(b, acts, stream, kQ4_K, kQ4_Kg, persistent);
+    case TensorType::Q5_K: return launch_either<TensorType::Q5_K>(b, acts, stream, kQ5_K, kQ5_Kg, persistent);
+    case TensorType::Q6_K: return launch_either<TensorType::Q6_K>(b, acts, stream, kQ6_K, kQ6_Kg, persistent);
     default: return false;
   }
 }

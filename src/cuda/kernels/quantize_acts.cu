@@ -26,6 +26,7 @@ unsigned grid_for(int64_t threads) {
 __global__ void quantize_q8_kernel(const float* __restrict__ x, int64_t k, int64_t nb,
                                    int64_t total_blocks, int8_t* __restrict__ qs,
                                    float2* __restrict__ ds) {
+  pdl_prologue();
   const int lane = threadIdx.x & 31;
   const int part = lane & 7;
   const unsigned mask = 0xFFu << (lane & 24);  // the 8 lanes of this block
@@ -42,6 +43,7 @@ __global__ void quantize_q8_kernel(const float* __restrict__ x, int64_t k, int64
 __global__ void quantize_q8k_kernel(const float* __restrict__ x, int64_t k, int64_t nb,
                                     int64_t total_blocks, int8_t* __restrict__ qs,
                                     float* __restrict__ dplane, int16_t* __restrict__ bsums) {
+  pdl_prologue();
   const int lane = threadIdx.x & 31;
   const int64_t first = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) >> 5;
   const int64_t step = (static_cast<int64_t>(gridDim.x) * kThreads) >> 5;
@@ -55,6 +57,7 @@ __global__ void quantize_q8k_kernel(const float* __restrict__ x, int64_t k, int6
 template <bool kBf16>
 __global__ void convert_half_kernel(const float* __restrict__ x, int64_t k, int64_t stride,
                                     int64_t total, uint16_t* __restrict__ h) {
+  pdl_prologue();
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   const int64_t step = static_cast<int64_t>(gridDim.x) * kThreads;
   for (int64_t i = first; i < total; i += step) {
@@ -120,29 +123,29 @@ bool launch_quantize_acts(const ActLayout& L, const float* x, void* qx, cudaStre
   switch (L.kind) {
     case ActKind::Q8: {
       const int64_t blocks = L.nb * L.n;
-      quantize_q8_kernel<<<grid_for(blocks * 8), kThreads, 0, stream>>>(
-          x, L.k, L.nb, blocks, reinterpret_cast<int8_t*>(base + L.qs_off),
+      launch_pdl(quantize_q8_kernel, dim3(grid_for(blocks * 8)), dim3(kThreads), 0, stream, x, L.k, L.nb, blocks,
+                 reinterpret_cast<int8_t*>(base + L.qs_off),
           reinterpret_cast<float2*>(base + L.ds_off));
       return MINFER_LAUNCH_CHECK("quantize_acts_q8");
     }
     case ActKind::Q8K: {
       const int64_t blocks = L.nb * L.n;
-      quantize_q8k_kernel<<<grid_for(blocks * 32), kThreads, 0, stream>>>(
-          x, L.k, L.nb, blocks, reinterpret_cast<int8_t*>(base + L.qs_off),
+      launch_pdl(quantize_q8k_kernel, dim3(grid_for(blocks * 32)), dim3(kThreads), 0, stream, x, L.k, L.nb, blocks,
+                 reinterpret_cast<int8_t*>(base + L.qs_off),
           reinterpret_cast<float*>(base + L.ds_off),
           reinterpret_cast<int16_t*>(base + L.bsums_off));
       return MINFER_LAUNCH_CHECK("quantize_acts_q8k");
     }
     case ActKind::F16: {
       const int64_t total = L.stride * L.n;
-      convert_half_kernel<false><<<grid_for(total), kThreads, 0, stream>>>(
-          x, L.k, L.stride, total, reinterpret_cast<uint16_t*>(base));
+      launch_pdl(convert_half_kernel<false>, dim3(grid_for(total)), dim3(kThreads), 0, stream, x, L.k, L.stride, total,
+                 reinterpret_cast<uint16_t*>(base));
       return MINFER_LAUNCH_CHECK("quantize_acts_f16");
     }
     case ActKind::BF16: {
       const int64_t total = L.stride * L.n;
-      convert_half_kernel<true><<<grid_for(total), kThreads, 0, stream>>>(
-          x, L.k, L.stride, total, reinterpret_cast<uint16_t*>(base));
+      launch_pdl(convert_half_kernel<true>, dim3(grid_for(total)), dim3(kThreads), 0, stream, x, L.k, L.stride, total,
+                 reinterpret_cast<uint16_t*>(base));
       return MINFER_LAUNCH_CHECK("quantize_acts_bf16");
     }
     case ActKind::F32: break;

@@ -21,6 +21,7 @@ constexpr int kPerLane = kMaxHd / 32;  // head-row elements a lane holds (i = la
 // grid (ceil(slots / kWarps), n_tok); block kWarps * 32.
 template <TensorType T>
 __global__ void __launch_bounds__(kWarps * 32) rope_store_kernel(RopeStoreArgs a) {
+  pdl_prologue();
   __shared__ float buf[kWarps][kMaxHd];  // one head row per warp
 
   const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
@@ -137,9 +138,13 @@ bool rope_store(const RopeStoreArgs& a, cudaStream_t stream) {
   const int64_t slots = a.n_head + 2 * a.n_head_kv;
   const dim3 grid(static_cast<unsigned>((slots + kWarps - 1) / kWarps), static_cast<unsigned>(a.n_tok));
   switch (a.kv_type) {
-    case TensorType::F32: rope_store_kernel<TensorType::F32><<<grid, kWarps * 32, 0, stream>>>(a); break;
-    case TensorType::F16: rope_store_kernel<TensorType::F16><<<grid, kWarps * 32, 0, stream>>>(a); break;
-    default: rope_store_kernel<TensorType::Q8_0><<<grid, kWarps * 32, 0, stream>>>(a); break;
+    case TensorType::F32:
+      launch_pdl(rope_store_kernel<TensorType::F32>, dim3(grid), dim3(kWarps * 32), 0, stream, a);
+      break;
+    case TensorType::F16:
+      launch_pdl(rope_store_kernel<TensorType::F16>, dim3(grid), dim3(kWarps * 32), 0, stream, a);
+      break;
+    default: launch_pdl(rope_store_kernel<TensorType::Q8_0>, dim3(grid), dim3(kWarps * 32), 0, stream, a); break;
   }
   return MINFER_LAUNCH_CHECK("rope_store");
 }
