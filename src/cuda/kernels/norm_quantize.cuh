@@ -23,9 +23,10 @@
 
 namespace minfer::cuda {
 
-/// Longest row (elements) the fused kernel takes. The row is no longer staged in shared memory;
-/// the bound keeps the per-block re-read of the row (at most 8 blocks per row at this length for
-/// Q8, 4 for Q8K, whatever n) cheap. Every Qwen2/Qwen3 hidden size is at most 8192.
+/// Longest row (elements) the fused kernel takes. The row is not staged in shared memory (it was,
+/// up to 11264); the bound keeps the re-reads of the row cheap where many rows leave no room to
+/// spread: at this length a row needs at least 8 blocks (Q8) or 4 (Q8K), each reading the whole
+/// row for the sum. Every Qwen2/Qwen3 hidden size is at most 8192.
 inline constexpr int64_t kNormQuantizeMaxK = 32768;
 
 /// Blocks (n x parts) the plan aims at: about one wave of 896-1024-thread blocks on an H200
