@@ -126,6 +126,36 @@ std::vector<float> edge_case_acts(int64_t k) {
   return x;
 }
 
+/// Quantizes x [k, n] with quantize_activations (buffer poisoned first) and the CPU quantizer
+/// and compares the device's bytes, converted to the CPU layout, with the CPU's.
+void expect_device_bytes_match_cpu(ThreadPool& pool, TensorType type, const std::vector<float>& x, int64_t k,
+                                   int64_t n) {
+  std::vector<uint8_t> cpu_buf;
+  const cpu::QuantizedActs xq = cpu::quantize_activations(pool, cpu_buf, type, x.data(), k, n);
+  DeviceBuffer dx(x.size() * 4);
+  dx.upload(x.data(), x.size() * 4);
+  DeviceBuffer dq(cuda::quantized_activation_bytes(type, k, n));
+  dq.fill(0xA5);
+  ASSERT_TRUE(cuda::quantize_activations(type, dx.as<float>(), k, n, dq.get(), nullptr));
+  std::vector<uint8_t> dev(xq.row_bytes * static_cast<size_t>(n));
+  ASSERT_TRUE(cuda::quantized_activations_to_host(type, dq.get(), k, n, dev.data(), nullptr));
+
+  std::vector<uint8_t> want(xq.data, xq.data + dev.size());
+  if (xq.type == TensorType::Q8_1)  // s is not kept on the device (written back as 0)
+    for (size_t b = 0; b < want.size() / sizeof(block_q8_1); ++b)
+      std::memset(want.data() + b * sizeof(block_q8_1) + offsetof(block_q8_1, s), 0, 2);
+  size_t first = want.size();
+  for (size_t i = 0; i < want.size(); ++i)
+    if (want[i] != dev[i]) {
+      first = i;
+      break;
+    }
+  EXPECT_EQ(first, want.size()) << std::string(type_name(xq.type)) << " activations differ first at byte " << first
+                                << " (token " << first / xq.row_bytes << ", byte " << first % xq.row_bytes
+                                << " of its row): device " << int(dev[first < dev.size() ? first : 0]) << " CPU "
+                                << int(want[first < want.size() ? first : 0]);
+}
+
 class CudaQuantizeActs : public ::testing::TestWithParam<TensorType> {
  protected:
   void SetUp() override {
@@ -147,31 +177,7 @@ TEST_P(CudaQuantizeActs, bytes_match_the_cpu_quantizer) {
       const uint32_t payload_nan = 0x7FA12345u;
       std::memcpy(&x[8], &payload_nan, 4);
     }
-    const int64_t n = 3;
-    std::vector<uint8_t> cpu_buf;
-    const cpu::QuantizedActs xq = cpu::quantize_activations(pool_, cpu_buf, type, x.data(), k, n);
-    DeviceBuffer dx(x.size() * 4);
-    dx.upload(x.data(), x.size() * 4);
-    DeviceBuffer dq(cuda::quantized_activation_bytes(type, k, n));
-    dq.fill(0xA5);
-    ASSERT_TRUE(cuda::quantize_activations(type, dx.as<float>(), k, n, dq.get(), nullptr));
-    std::vector<uint8_t> dev(xq.row_bytes * static_cast<size_t>(n));
-    ASSERT_TRUE(cuda::quantized_activations_to_host(type, dq.get(), k, n, dev.data(), nullptr));
-
-    std::vector<uint8_t> want(xq.data, xq.data + dev.size());
-    if (xq.type == TensorType::Q8_1)  // s is not kept on the device (written back as 0)
-      for (size_t b = 0; b < want.size() / sizeof(block_q8_1); ++b)
-        std::memset(want.data() + b * sizeof(block_q8_1) + offsetof(block_q8_1, s), 0, 2);
-    size_t first = want.size();
-    for (size_t i = 0; i < want.size(); ++i)
-      if (want[i] != dev[i]) {
-        first = i;
-        break;
-      }
-    EXPECT_EQ(first, want.size()) << std::string(type_name(xq.type)) << " activations differ first at byte " << first
-                                  << " (token " << first / xq.row_bytes << ", byte " << first % xq.row_bytes
-                                  << " of its row): device " << int(dev[first < dev.size() ? first : 0]) << " CPU "
-                                  << int(want[first < want.size() ? first : 0]);
+    expect_device_bytes_match_cpu(pool_, type, x, k, 3);
   }
 }
 
@@ -179,6 +185,22 @@ INSTANTIATE_TEST_SUITE_P(ActivationFormats, CudaQuantizeActs,
                          ::testing::Values(TensorType::F16, TensorType::BF16, TensorType::Q4_0,
                                            TensorType::Q4_1, TensorType::Q4_K),
                          test::type_param_name);
+
+TEST(CudaQuantizeActsDecode, bytes_match_the_cpu_quantizer_at_decode_row_lengths) {
+  // Decode shapes: 1-3 token rows of the hidden size (3584) and the FFN size (18944) of a 7B
+  // model; at n = 1, 4864 (19 super-blocks) and 3616 (113 Q8 blocks) leave the last 64-thread
+  // block partly idle.
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  ThreadPool pool(4);
+  for (const TensorType type : {TensorType::Q8_0, TensorType::Q4_1, TensorType::Q4_K})
+    for (const int64_t k : {int64_t{3584}, int64_t{3616}, int64_t{4864}, int64_t{18944}}) {
+      if (k % type_traits(type).block_size != 0) continue;  // Q4_K: 3616 is not whole super-blocks
+      for (int64_t n = 1; n <= 3; ++n) {
+        SCOPED_TRACE(std::string(type_name(type)) + " k " + std::to_string(k) + " n " + std::to_string(n));
+        expect_device_bytes_match_cpu(pool, type, test::random_acts(k, n, 40 + static_cast<uint32_t>(n)), k, n);
+      }
+    }
+}
 
 TEST(CudaQuantizeActsPolicy, one_buffer_serves_every_type_of_a_family) {
   // Documented in matmul.cuh: Q8_0 and Q8_1 activations share d and qs, so a buffer quantized

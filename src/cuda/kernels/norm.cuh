@@ -14,7 +14,7 @@
 
 namespace minfer::cuda {
 
-/// Most threads of the one block per row of rms_norm (and of rms_norm_quantize).
+/// Most threads of the one block per row of rms_norm (and of each of rms_norm_quantize's blocks).
 inline constexpr int kRmsNormMaxThreads = 1024;
 
 /// Threads of the one block per row of rms_norm for rows of `len` elements: one thread per 4

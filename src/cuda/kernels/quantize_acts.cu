@@ -9,13 +9,18 @@
 namespace minfer::cuda::mm {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 256;  // F16 / BF16 conversion blocks
+// Q8 / Q8K blocks: two warps (8 Q8 blocks or 2 super-blocks, 256 elements). A decode row of
+// k = 3584 / 18944 is 14 / 74 super-blocks: 256-thread blocks put it on 2 / 10 SMs (Q8K; Q8:
+// 4 / 19) of the H200's 132, 64-thread blocks on 7 / 37 (Q8K; Q8: 14 / 74); 32 such blocks
+// per SM still fill it at prefill sizes. The bytes do not depend on the block size.
+constexpr int kQuantThreads = 64;
 constexpr int64_t kMaxBlocks = 65535LL * 16;  // grid-stride beyond this
 
 size_t round_up_256(size_t v) { return (v + 255) & ~size_t{255}; }
 
-unsigned grid_for(int64_t threads) {
-  int64_t b = (threads + kThreads - 1) / kThreads;
+unsigned grid_for(int64_t threads, int block_threads = kThreads) {
+  int64_t b = (threads + block_threads - 1) / block_threads;
   if (b < 1) b = 1;
   if (b > kMaxBlocks) b = kMaxBlocks;
   return static_cast<unsigned>(b);
@@ -30,8 +35,8 @@ __global__ void quantize_q8_kernel(const float* __restrict__ x, int64_t k, int64
   const int lane = threadIdx.x & 31;
   const int part = lane & 7;
   const unsigned mask = 0xFFu << (lane & 24);  // the 8 lanes of this block
-  const int64_t first = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) >> 3;
-  const int64_t step = (static_cast<int64_t>(gridDim.x) * kThreads) >> 3;
+  const int64_t first = (static_cast<int64_t>(blockIdx.x) * kQuantThreads + threadIdx.x) >> 3;
+  const int64_t step = (static_cast<int64_t>(gridDim.x) * kQuantThreads) >> 3;
   for (int64_t gb = first; gb < total_blocks; gb += step) {
     const int64_t t = gb / nb, b = gb % nb;
     quantize_q8_block(x + t * k + b * 32, part, mask, qs + t * k + b * 32, ds + gb);
@@ -45,8 +50,8 @@ __global__ void quantize_q8k_kernel(const float* __restrict__ x, int64_t k, int6
                                     float* __restrict__ dplane, int16_t* __restrict__ bsums) {
   pdl_prologue();
   const int lane = threadIdx.x & 31;
-  const int64_t first = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) >> 5;
-  const int64_t step = (static_cast<int64_t>(gridDim.x) * kThreads) >> 5;
+  const int64_t first = (static_cast<int64_t>(blockIdx.x) * kQuantThreads + threadIdx.x) >> 5;
+  const int64_t step = (static_cast<int64_t>(gridDim.x) * kQuantThreads) >> 5;
   for (int64_t gb = first; gb < total_blocks; gb += step) {
     const int64_t t = gb / nb, b = gb % nb;
     quantize_q8k_block(x + t * k + b * 256, lane, qs + t * k + b * 256, bsums + gb * 16, dplane + gb);
@@ -123,17 +128,15 @@ bool launch_quantize_acts(const ActLayout& L, const float* x, void* qx, cudaStre
   switch (L.kind) {
     case ActKind::Q8: {
       const int64_t blocks = L.nb * L.n;
-      launch_pdl(quantize_q8_kernel, dim3(grid_for(blocks * 8)), dim3(kThreads), 0, stream, x, L.k, L.nb, blocks,
-                 reinterpret_cast<int8_t*>(base + L.qs_off),
-          reinterpret_cast<float2*>(base + L.ds_off));
+      launch_pdl(quantize_q8_kernel, dim3(grid_for(blocks * 8, kQuantThreads)), dim3(kQuantThreads), 0, stream, x,
+                 L.k, L.nb, blocks, reinterpret_cast<int8_t*>(base + L.qs_off), reinterpret_cast<float2*>(base + L.ds_off));
       return MINFER_LAUNCH_CHECK("quantize_acts_q8");
     }
     case ActKind::Q8K: {
       const int64_t blocks = L.nb * L.n;
-      launch_pdl(quantize_q8k_kernel, dim3(grid_for(blocks * 32)), dim3(kThreads), 0, stream, x, L.k, L.nb, blocks,
-                 reinterpret_cast<int8_t*>(base + L.qs_off),
-          reinterpret_cast<float*>(base + L.ds_off),
-          reinterpret_cast<int16_t*>(base + L.bsums_off));
+      launch_pdl(quantize_q8k_kernel, dim3(grid_for(blocks * 32, kQuantThreads)), dim3(kQuantThreads), 0, stream, x,
+                 L.k, L.nb, blocks, reinterpret_cast<int8_t*>(base + L.qs_off), reinterpret_cast<float*>(base + L.ds_off),
+                 reinterpret_cast<int16_t*>(base + L.bsums_off));
       return MINFER_LAUNCH_CHECK("quantize_acts_q8k");
     }
     case ActKind::F16: {

@@ -10,19 +10,17 @@
 namespace minfer::cuda::mm {
 
 /// One 32-element Q8 block, 8 lanes (`part` = lane & 7, `mask` = those 8 lanes, all active):
-/// lane part reads src[part * 4 .. part * 4 + 3] of the block at `src`, writes those 4 qs at
+/// lane part holds v = elements part * 4 .. part * 4 + 3 of the block, writes those 4 qs at
 /// qs[part * 4 ..] and, from part 0, the block's (d, sum) at *ds.
 /// d = max|x| / 127, id = 1 / d (0 when d = 0), q = round_away(x * id) in [-127, 127], d stored
 /// rounded to half (quant_legacy.cpp quantize_block_q8); a non-finite element gives d = NaN,
 /// qs = 0.
-__device__ __forceinline__ void quantize_q8_block(const float* src, int part, unsigned mask, int8_t* qs,
-                                                  float2* ds) {
-  float v[4];
+__device__ __forceinline__ void quantize_q8_values(const float (&v)[4], int part, unsigned mask, int8_t* qs,
+                                                   float2* ds) {
   bool finite = true;
   float amax = 0.0f;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    v[i] = src[part * 4 + i];
     finite = finite && is_finite(v[i]);
     amax = fmaxf(amax, fabsf(v[i]));
   }
@@ -50,21 +48,29 @@ __device__ __forceinline__ void quantize_q8_block(const float* src, int part, un
   }
 }
 
-/// One 256-element Q8K super-block, the whole warp (all 32 lanes active): lane reads
-/// src[lane * 8 .. lane * 8 + 7], writes those 8 qs at qs[lane * 8 ..], bsums[0..15] and *d.
+/// quantize_q8_values of the block at `src` (global or shared memory): lane part reads
+/// src[part * 4 .. part * 4 + 3].
+__device__ __forceinline__ void quantize_q8_block(const float* src, int part, unsigned mask, int8_t* qs,
+                                                  float2* ds) {
+  float v[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) v[i] = src[part * 4 + i];
+  quantize_q8_values(v, part, mask, qs, ds);
+}
+
+/// One 256-element Q8K super-block, the whole warp (all 32 lanes active): lane holds v =
+/// elements lane * 8 .. lane * 8 + 7, writes those 8 qs at qs[lane * 8 ..], bsums[0..15] and *d.
 /// xm = the element of largest magnitude (first on ties), iscale = -127 / xm,
 /// q = round_even(iscale * x) in [-128, 127], d = 1 / iscale, bsums = sums of 16 q
 /// (quant_kquants.cpp quantize_row_q8_K). An all-zero super-block gives d = 0, q = 0; a
 /// non-finite element gives d = NaN, q = 0.
-__device__ __forceinline__ void quantize_q8k_block(const float* src, int lane, int8_t* qs, int16_t* bsums,
-                                                   float* d) {
-  float v[8];
+__device__ __forceinline__ void quantize_q8k_values(const float (&v)[8], int lane, int8_t* qs, int16_t* bsums,
+                                                    float* d) {
   bool finite = true;
   float best_a = 0.0f, best_x = 0.0f;
   int best_i = 1 << 30;
 #pragma unroll
   for (int e = 0; e < 8; ++e) {
-    v[e] = src[lane * 8 + e];
     finite = finite && is_finite(v[e]);
     if (fabsf(v[e]) > best_a) {  // strict: the first of equal magnitudes wins
       best_a = fabsf(v[e]);
@@ -104,6 +110,16 @@ __device__ __forceinline__ void quantize_q8k_block(const float* src, int lane, i
   *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
   if ((lane & 1) == 0) bsums[lane >> 1] = static_cast<int16_t>(sum);
   if (lane == 0) *d = __fdiv_rn(1.0f, iscale);
+}
+
+/// quantize_q8k_values of the super-block at `src` (global or shared memory): lane reads
+/// src[lane * 8 .. lane * 8 + 7].
+__device__ __forceinline__ void quantize_q8k_block(const float* src, int lane, int8_t* qs, int16_t* bsums,
+                                                   float* d) {
+  float v[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) v[e] = src[lane * 8 + e];
+  quantize_q8k_values(v, lane, qs, bsums, d);
 }
 
 }  // namespace minfer::cuda::mm
