@@ -2,6 +2,8 @@
 #include <cstdio>
 #include <iostream>
 #include <iterator>
+#include <optional>
+#include <utility>
 
 #include "commands.h"
 #include "core/error.h"
@@ -37,7 +39,11 @@ void run(const RunArgs& a) {
   }
   // Option values are checked before the (possibly multi-gigabyte) model is loaded.
   const SamplerParams sampling = a.sampling.params();
-  if (a.chat) (void)chat_options(a.think, a.no_think);
+  std::optional<chat::ChatTemplate> template_override;
+  if (a.chat) {
+    (void)chat_options(a.think, a.no_think);
+    template_override = chat_template_override(a.chat_template);
+  }
   LoadedModel lm = load_model(a.model);
   const tok::Tokenizer& tk = *lm.model->tokenizer();
   std::string text = prompt;
@@ -45,8 +51,8 @@ void run(const RunArgs& a) {
     std::vector<chat::ChatMessage> msgs;
     if (!a.system.empty()) msgs.push_back({"system", a.system});
     msgs.push_back({"user", prompt});
-    const chat::ChatTemplate tmpl(chat::select_chat_template(tk.chat_template(), a.chat_template, a.model.model),
-                                    chat::chat_template_origin(a.chat_template, a.model.model));
+    const chat::ChatTemplate tmpl =
+        chat_template_for(std::move(template_override), tk.chat_template(), a.model.model);
     text = tmpl.render(msgs, chat_options(a.think, a.no_think));
   }
   const std::vector<int32_t> ids = tk.encode(text, /*add_special=*/true, /*parse_special=*/true);

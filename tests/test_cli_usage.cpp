@@ -1,0 +1,51 @@
+// `minfer` usage mistakes, end to end through the built binary: each is refused with one line
+// "minfer: error: ..." naming the option (or command, or file) and the wrong value, exit status 1,
+// before any model is loaded. The model paths here do not exist on purpose: an error that names
+// the model instead of the option shows that the option was checked too late (or not at all).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <string>
+
+#include "cli_test_util.h"
+#include "test_util.h"
+
+namespace minfer {
+namespace {
+
+using Result = test::CommandResult;
+
+const std::string kNoModel = "/nonexistent/minfer-test-model.gguf";
+
+Result sh(const std::string& args) { return test::run_shell("timeout 60 " + test::minfer_bin() + " " + args); }
+
+size_t lines(const std::string& s) { return static_cast<size_t>(std::count(s.begin(), s.end(), '\n')); }
+
+/// Runs `args` and expects exit status 1 with exactly one line, "minfer: error: " and `message` in it.
+void expect_one_line_error(const std::string& args, const std::string& message) {
+  const Result r = sh(args);
+  EXPECT_EQ(r.status, 1) << args << "\n" << r.out;
+  EXPECT_EQ(r.out.rfind("minfer: error: ", 0), 0u) << args << "\n" << r.out;
+  EXPECT_NE(r.out.find(message), std::string::npos) << args << "\nwanted: " << message << "\ngot: " << r.out;
+  EXPECT_EQ(lines(r.out), 1u) << args << "\n" << r.out;
+}
+
+
+TEST(CliUsage, chat_template_file_is_checked_before_the_model_loads) {
+  const std::filesystem::path dir = test::temp_dir();
+  const std::string missing = (dir / "missing.jinja").string();
+  for (const std::string& cmd : {"run -m " + kNoModel + " -p hi --chat", "chat -m " + kNoModel}) {
+    expect_one_line_error(cmd + " --chat-template " + missing,
+                          "--chat-template " + missing + ": neither 'chatml' nor a readable template file");
+    expect_one_line_error(cmd + " --chat-template " + dir.string(),
+                          "--chat-template " + dir.string() + ": neither 'chatml' nor a readable template file (it is a directory)");
+  }
+  // A template that does not parse is reported before the model loads too, naming the file.
+  const std::string broken = (dir / "broken.jinja").string();
+  test::run_shell("printf '{%% for m in messages %%}' > " + broken);
+  expect_one_line_error("run -m " + kNoModel + " -p hi --chat --chat-template " + broken, broken + ": chat template line 1: ");
+}
+
+}  // namespace
+}  // namespace minfer
