@@ -47,5 +47,23 @@ TEST(CliUsage, chat_template_file_is_checked_before_the_model_loads) {
   expect_one_line_error("run -m " + kNoModel + " -p hi --chat --chat-template " + broken, broken + ": chat template line 1: ");
 }
 
+TEST(CliUsage, synth_seed_must_be_a_whole_number_from_0_to_2_pow_64_minus_1) {
+  const std::filesystem::path dir = test::temp_dir();
+  const std::string synth = "synth --arch qwen2 --preset tiny --type q8_0 --vocab /nonexistent/vocab.json -o " +
+                            (dir / "out.gguf").string() + " --seed ";
+  expect_one_line_error(synth + "-5", "--seed -5: ");
+  expect_one_line_error(synth + "-5", "negative");
+  expect_one_line_error(synth + "abc", "--seed abc: ");
+  expect_one_line_error(synth + "12x", "--seed 12x: ");
+  expect_one_line_error(synth + "0x10", "--seed 0x10: ");  // decimal only (strtoull read this as 16)
+  expect_one_line_error(synth + "18446744073709551616", "--seed 18446744073709551616: ");
+  // The largest seed is accepted: the error is then the missing vocabulary file's.
+  const Result r = sh(synth + "18446744073709551615");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("/nonexistent/vocab.json"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("--seed"), std::string::npos) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(dir / "out.gguf"));
+}
+
 }  // namespace
 }  // namespace minfer
