@@ -65,5 +65,18 @@ TEST(CliUsage, synth_seed_must_be_a_whole_number_from_0_to_2_pow_64_minus_1) {
   EXPECT_FALSE(std::filesystem::exists(dir / "out.gguf"));
 }
 
+TEST(CliUsage, run_options_that_only_apply_to_chat_prompts_need_chat) {
+  const std::string run = "run -m " + kNoModel + " -p hi ";
+  expect_one_line_error(run + "--think", "--think requires --chat");
+  expect_one_line_error(run + "--no-think", "--no-think requires --chat");
+  expect_one_line_error(run + "--system 'be brief'", "--system requires --chat");
+  expect_one_line_error(run + "--chat-template chatml", "--chat-template requires --chat");
+  // With --chat they are accepted: the error is then the missing model's.
+  const Result r = sh(run + "--chat --no-think --system 'be brief' --chat-template chatml");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find(kNoModel), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("requires"), std::string::npos) << r.out;
+}
+
 }  // namespace
 }  // namespace minfer

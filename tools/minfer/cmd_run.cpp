@@ -90,11 +90,13 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("-p,--prompt", args->prompt, "prompt text ('-' reads stdin)");
   cmd->add_option("-f,--file", args->file, "read the prompt from a file");
   cmd->add_option("-n,--n-predict", args->n_predict, "tokens to generate (-1: until the context is full)")->capture_default_str();
-  cmd->add_flag("--chat", args->chat, "format the prompt with the model's chat template (one user turn)");
-  cmd->add_option("--system", args->system, "system prompt (with --chat)");
-  cmd->add_option("--chat-template", args->chat_template, "override the chat template: 'chatml' (built-in) or a Jinja template file");
-  cmd->add_flag("--think", args->think, "Qwen3: enable_thinking=true (the template's default when neither flag is given)");
-  cmd->add_flag("--no-think", args->no_think, "Qwen3: enable_thinking=false (an empty think block)");
+  auto* chat = cmd->add_flag("--chat", args->chat, "format the prompt with the model's chat template (one user turn)");
+  // These only shape the chat template's input: without --chat they would be ignored, so they
+  // are usage errors ("--think requires --chat"); --help shows "Needs: --chat" beside each.
+  cmd->add_option("--system", args->system, "system prompt")->needs(chat);
+  cmd->add_option("--chat-template", args->chat_template, "override the chat template: 'chatml' (built-in) or a Jinja template file")->needs(chat);
+  cmd->add_flag("--think", args->think, "Qwen3: enable_thinking=true (the template's default when neither flag is given)")->needs(chat);
+  cmd->add_flag("--no-think", args->no_think, "Qwen3: enable_thinking=false (an empty think block)")->needs(chat);
   cmd->add_option("--stop", args->stop, "stop string (repeatable)");
   cmd->add_flag("--no-display-prompt", args->no_display_prompt, "do not echo the prompt");
   cmd->callback([args] {
