@@ -78,5 +78,20 @@ TEST(CliUsage, run_options_that_only_apply_to_chat_prompts_need_chat) {
   EXPECT_EQ(r.out.find("requires"), std::string::npos) << r.out;
 }
 
+TEST(CliUsage, unknown_command_is_named_with_the_list_of_commands) {
+  const Result r = sh("frobnicate -m x");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_EQ(r.out.rfind("minfer: error: unknown command 'frobnicate' (commands: ", 0), 0u) << r.out;
+  for (const char* name : {"run", "chat", "bench", "perplexity", "tokenize", "inspect", "quantize", "synth", "env"})
+    EXPECT_NE(r.out.find(std::string(" ") + name), std::string::npos) << name << " is not listed: " << r.out;
+  EXPECT_EQ(r.out.substr(r.out.size() - 2), ")\n") << r.out;
+  EXPECT_EQ(lines(r.out), 1u) << r.out;
+  // --version and a known command still work.
+  EXPECT_EQ(sh("--version").status, 0);
+  const Result env = sh("env");
+  EXPECT_EQ(env.status, 0) << env.out;
+  EXPECT_NE(env.out.find("MINFER_LOG"), std::string::npos) << env.out;
+}
+
 }  // namespace
 }  // namespace minfer
