@@ -93,5 +93,20 @@ TEST(CliUsage, unknown_command_is_named_with_the_list_of_commands) {
   EXPECT_NE(env.out.find("MINFER_LOG"), std::string::npos) << env.out;
 }
 
+TEST(CliUsage, bidi_controls_in_an_echoed_argument_are_escaped) {
+  // $(printf ...) puts U+202E (RIGHT-TO-LEFT OVERRIDE, UTF-8 e2 80 ae) into the argument.
+  const std::string rlo = "\"$(printf 'x\\342\\200\\256y')\"";
+  const std::string raw = "x\xe2\x80\xaey";
+  for (const std::string& args : {rlo,                                  // an unknown command
+                                  "run -m m.gguf -p hi --bogus" + rlo,   // a CLI11 usage error
+                                  "run -p hi -m /nonexistent/" + rlo}) {  // a minfer::Error
+    const Result r = sh(args);
+    EXPECT_EQ(r.status, 1) << args << "\n" << r.out;
+    EXPECT_NE(r.out.find("x\\u202ey"), std::string::npos) << args << "\n" << r.out;
+    EXPECT_EQ(r.out.find(raw), std::string::npos) << args << "\n" << r.out;
+    EXPECT_EQ(lines(r.out), 1u) << args << "\n" << r.out;
+  }
+}
+
 }  // namespace
 }  // namespace minfer
