@@ -125,7 +125,7 @@ TEST(GgufWriteSignalIgnored, an_ignored_signal_stays_ignored_and_the_write_compl
   EXPECT_TRUE(std::filesystem::exists(dir / "out.gguf"));
 }
 
-TEST(GgufWriteSignalArm, a_too_long_path_or_too_many_armed_paths_is_an_error_naming_the_path) {
+TEST(RemoveOnSignal, arming_a_too_long_path_or_more_than_kMaxArmed_paths_is_an_error_naming_the_path) {
   RemoveOnSignal a;
   const std::string long_path(RemoveOnSignal::kMaxPathBytes + 1, 'x');
   EXPECT_THROW(a.arm(long_path), Error);
