@@ -11,6 +11,7 @@ namespace minfer::test {
 
 struct CommandResult {
   int status = -1;  ///< exit status; -1 when the command did not exit normally (a crash, a signal)
+  int signal = 0;   ///< the signal that ended the command, 0 when it exited (with `exec`, the command's own)
   std::string out;  ///< stdout and stderr together
 };
 
@@ -24,6 +25,7 @@ inline CommandResult run_shell(const std::string& cmd) {
   while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
   const int st = pclose(p);
   r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  r.signal = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
   return r;
 }
 

@@ -28,6 +28,22 @@ TEST(Printable, EscapesInvalidUtf8ByteByByte) {
   EXPECT_EQ(printable("\xf4\x90\x80\x80"), "\\xf4\\x90\\x80\\x80");  // above U+10FFFF
 }
 
+TEST(Printable, EscapesUnicodeBidiControls) {
+  // U+202E RIGHT-TO-LEFT OVERRIDE would show the rest of the line reversed ("fdp.gguf" as "fugg.pdf").
+  EXPECT_EQ(printable("evil\xe2\x80\xae" "fdp.gguf"), "evil\\u202efdp.gguf");
+  // Embeddings and overrides LRE RLE PDF LRO RLO (U+202A..U+202E), isolates LRI RLI FSI PDI
+  // (U+2066..U+2069), marks LRM RLM (U+200E, U+200F) and the Arabic letter mark ALM (U+061C).
+  EXPECT_EQ(printable("\xe2\x80\xaa\xe2\x80\xab\xe2\x80\xac\xe2\x80\xad\xe2\x80\xae"),
+            "\\u202a\\u202b\\u202c\\u202d\\u202e");
+  EXPECT_EQ(printable("\xe2\x81\xa6\xe2\x81\xa7\xe2\x81\xa8\xe2\x81\xa9"), "\\u2066\\u2067\\u2068\\u2069");
+  EXPECT_EQ(printable("a\xe2\x80\x8e" "b\xe2\x80\x8f" "c\xd8\x9c" "d"), "a\\u200eb\\u200fc\\u061cd");
+  // Their neighbours are text and stay as they are: ZWJ U+200D (emoji sequences), U+2029,
+  // U+202F (narrow no-break space), U+2065, U+206A, Arabic U+061B and U+061D.
+  const std::string neighbours = "\xe2\x80\x8d \xe2\x80\xa9 \xe2\x80\xaf \xe2\x81\xa5 \xe2\x81\xaa \xd8\x9b \xd8\x9d";
+  EXPECT_EQ(printable(neighbours), neighbours);
+  EXPECT_EQ(printable("\xe2\x80\xae\"", true), "\\u202e\\\"");
+}
+
 TEST(Printable, KeepsValidTextAndQuotesOnlyWhenAsked) {
   const std::string text = "Qwen2.5 \xe4\xb8\xad\xe6\x96\x87 \xc3\xa9 \xc2\xa0 \xf0\x9f\x98\x80 \"q\" \\";
   EXPECT_EQ(printable(text), text);

@@ -43,6 +43,8 @@ constexpr std::array kTable = {
     EnvVar{"MINFER_NO_PREFILL_CAPTURE", "0", "1: capture only decode-shaped (1-token) graphs"},
     EnvVar{"MINFER_SHARED_DIR", "", "tests: where ../shared (fixtures, models) lives, when not beside the checkout"},
     EnvVar{"MINFER_SIMD", "auto", "CPU kernel level: auto, scalar, avx2, avx512 (never above what the CPU has)"},
+    EnvVar{"MINFER_TEST_WRITE_SIGNAL", "0",
+           "test only: the GGUF writer raises this signal number (15: SIGTERM) after writing the first tensor"},
     EnvVar{"MINFER_THREADS", "", "default thread count for CPU work (default: the number of cores)"},
 };
 

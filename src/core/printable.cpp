@@ -7,11 +7,12 @@
 namespace minfer {
 namespace {
 
-// Length of the valid UTF-8 sequence starting at s[i] (RFC 3629), or 0 when it is not one.
-size_t valid_utf8_len(std::string_view s, size_t i) {
+// Length of the valid UTF-8 sequence starting at s[i] (RFC 3629), or 0 when it is not one;
+// `cp` is set to its code point when it is one.
+size_t valid_utf8_len(std::string_view s, size_t i, uint32_t& cp) {
   const auto b0 = static_cast<unsigned char>(s[i]);
   size_t n;
-  uint32_t cp;
+  cp = b0;
   if (b0 < 0x80) return 1;
   if (b0 >= 0xc2 && b0 <= 0xdf) n = 2, cp = b0 & 0x1f;
   else if (b0 >= 0xe0 && b0 <= 0xef) n = 3, cp = b0 & 0x0f;
@@ -28,6 +29,16 @@ size_t valid_utf8_len(std::string_view s, size_t i) {
   return n;
 }
 
+// Unicode bidirectional formatting characters (Unicode UAX #9, "Explicit Directional
+// Embeddings/Overrides/Isolates" and the implicit marks): they reorder how the rest of the line
+// is displayed, so a file name can show as another one.
+bool is_bidi_control(uint32_t cp) {
+  return (cp >= 0x202a && cp <= 0x202e) ||  // LRE RLE PDF LRO RLO
+         (cp >= 0x2066 && cp <= 0x2069) ||  // LRI RLI FSI PDI
+         cp == 0x200e || cp == 0x200f ||    // LRM RLM
+         cp == 0x061c;                      // ALM
+}
+
 }  // namespace
 
 std::string printable(std::string_view s, bool escape_quotes) {
@@ -36,7 +47,8 @@ std::string printable(std::string_view s, bool escape_quotes) {
   size_t i = 0;
   while (i < s.size()) {
     const auto c = static_cast<unsigned char>(s[i]);
-    const size_t n = valid_utf8_len(s, i);
+    uint32_t cp = 0;
+    const size_t n = valid_utf8_len(s, i, cp);
     if (n == 0) {
       out += fmt::format("\\x{:02x}", c);
       ++i;
@@ -49,8 +61,8 @@ std::string printable(std::string_view s, bool escape_quotes) {
       else if (c < 0x20 || c == 0x7f) out += fmt::format("\\x{:02x}", c);
       else if (escape_quotes && (c == '"' || c == '\\')) out += {'\\', static_cast<char>(c)};
       else out += static_cast<char>(c);
-    } else if (n == 2 && c == 0xc2 && static_cast<unsigned char>(s[i + 1]) <= 0x9f) {
-      out += fmt::format("\\u{:04x}", static_cast<unsigned char>(s[i + 1]));  // C1 control U+0080..U+009F
+    } else if ((cp >= 0x80 && cp <= 0x9f) || is_bidi_control(cp)) {
+      out += fmt::format("\\u{:04x}", cp);  // a C1 control (U+0080..U+009F) or a bidi control
     } else {
       out.append(s, i, n);
     }

@@ -3,6 +3,7 @@
 // alignment, then each tensor's data followed by zero padding to the alignment.
 #include "gguf/gguf_writer.h"
 
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,7 +13,9 @@
 #include <cstring>
 #include <memory>
 
+#include "core/env.h"
 #include "core/error.h"
+#include "core/signal_cleanup.h"
 #include "quant/quant.h"
 
 namespace minfer::gguf {
@@ -46,7 +49,8 @@ std::vector<uint8_t> array_header(ValueType elem, uint64_t count) {
 }
 
 /// RAII FILE* on a new temporary file beside the output, renamed over it on commit() and
-/// removed otherwise. The temporary file is created with mkstemp (a fresh name in the output's
+/// removed otherwise: by the destructor, or by the SIGINT / SIGTERM handler of RemoveOnSignal
+/// when the process is killed while writing. The temporary file is created with mkstemp (a fresh name in the output's
 /// folder, O_EXCL: never an existing file, never through a symbolic link), so no other file
 /// (the input, a file that happens to be named OUT.tmp, a link target) is ever truncated or
 /// removed. An output that exists but is not a regular file (a folder, a device, a FIFO) is
@@ -64,6 +68,13 @@ class TmpFile {
     const int fd = ::mkstemp(templ.data());
     if (fd < 0) fail("{}: cannot create a temporary file in {}: {}", final_, dir, std::strerror(errno));
     tmp_ = templ;
+    try {
+      on_signal_.arm(tmp_);  // Ctrl-C or a kill removes it too (core/signal_cleanup.h)
+    } catch (...) {
+      ::close(fd);
+      ::unlink(tmp_.c_str());
+      throw;
+    }
     f_ = ::fdopen(fd, "wb");
     if (!f_) {
       const int e = errno;
@@ -107,6 +118,7 @@ class TmpFile {
     if (std::rename(tmp_.c_str(), final_.c_str()) != 0)
       fail("{}: cannot rename {} to it: {}", final_, tmp_, std::strerror(errno));
     committed_ = true;
+    on_signal_.disarm();
   }
 
  private:
@@ -115,7 +127,15 @@ class TmpFile {
   std::FILE* f_ = nullptr;
   uint64_t written_ = 0;
   bool committed_ = false;
+  RemoveOnSignal on_signal_;  // destroyed after ~TmpFile's unlink: disarmed once the file is gone
 };
+
+// MINFER_TEST_WRITE_SIGNAL: a signal in the middle of a write, at a known point, for the test
+// that a killed write leaves no temporary file (tests/test_gguf_write_signal.cpp).
+void raise_test_signal() {
+  const int64_t sig = env_int("MINFER_TEST_WRITE_SIGNAL", 0);
+  if (sig > 0 && sig < NSIG) ::raise(static_cast<int>(sig));
+}
 
 uint64_t padded(uint64_t n, uint64_t alignment) { return (n + alignment - 1) / alignment * alignment; }
 
@@ -326,6 +346,7 @@ void GgufWriter::write(const std::string& path,
     out.write(buf.data(), static_cast<size_t>(t.nbytes));
     out.pad_to(alignment);
     if (on_tensor) on_tensor(i, t.name, t.nbytes);
+    if (i == 0) raise_test_signal();
   }
   out.commit();
 }

@@ -2,8 +2,9 @@
 // a callback at write time, one tensor at a time, so multi-gigabyte models are written with
 // bounded memory. The output is written to a new temporary file beside it (mkstemp,
 // ".minfer-write-XXXXXX") and renamed on success, so a failed write never leaves a truncated file
-// under the final name and never touches any other existing file. The layout follows the GGUF spec and
-// llama.cpp's conventions (general.alignment 32 unless set, data offsets aligned).
+// under the final name and never touches any other existing file; SIGINT and SIGTERM during the
+// write remove the temporary file too (core/signal_cleanup.h). The layout follows the GGUF spec
+// and llama.cpp's conventions (general.alignment 32 unless set, data offsets aligned).
 #pragma once
 
 #include <cstdint>
@@ -68,7 +69,8 @@ class GgufWriter {
   /// requires). A file without tensors ends right after the metadata (no padding, as gguf-py
   /// writes vocab-only files). Memory: the metadata plus one buffer of the largest tensor's
   /// size. Throws minfer::Error naming the path on I/O failure; an exception from a producer
-  /// propagates. In both cases the temporary file is removed and `path` is left untouched. An
+  /// propagates. In both cases the temporary file is removed and `path` is left untouched; the
+  /// same holds when SIGINT or SIGTERM ends the process during the write (RemoveOnSignal). An
   /// existing `path` that is not a regular file (folder, device, pipe) is refused up front.
   void write(const std::string& path,
              const std::function<void(size_t, std::string_view, uint64_t)>& on_tensor = {}) const;

@@ -5,6 +5,8 @@
 
 #include <cstdio>
 #include <iostream>
+#include <optional>
+#include <utility>
 
 #include "commands.h"
 #include "core/error.h"
@@ -29,14 +31,15 @@ void chat(const ChatArgs& a) {
   // Option values are checked before the (possibly multi-gigabyte) model is loaded.
   const SamplerParams sampling = a.sampling.params();
   (void)chat_options(a.think, a.no_think);
+  std::optional<chat::ChatTemplate> template_override = chat_template_override(a.chat_template);
   LoadedModel lm = load_model(a.model);
   const tok::Tokenizer& tk = *lm.model->tokenizer();
   Sampler sampler(sampling);
   Session session(*lm.engine, tk);
   const int64_t n_ctx = lm.engine->n_ctx();
   const bool interactive = isatty(STDIN_FILENO) == 1;
-  const chat::ChatTemplate tmpl(chat::select_chat_template(tk.chat_template(), a.chat_template, a.model.model),
-                                    chat::chat_template_origin(a.chat_template, a.model.model));
+  const chat::ChatTemplate tmpl =
+      chat_template_for(std::move(template_override), tk.chat_template(), a.model.model);
   const chat::ChatOptions copt = chat_options(a.think, a.no_think);
   std::vector<chat::ChatMessage> msgs;
   if (!a.system.empty()) msgs.push_back({"system", a.system});

@@ -2,6 +2,8 @@
 #include <cstdio>
 #include <iostream>
 #include <iterator>
+#include <optional>
+#include <utility>
 
 #include "commands.h"
 #include "core/error.h"
@@ -37,7 +39,11 @@ void run(const RunArgs& a) {
   }
   // Option values are checked before the (possibly multi-gigabyte) model is loaded.
   const SamplerParams sampling = a.sampling.params();
-  if (a.chat) (void)chat_options(a.think, a.no_think);
+  std::optional<chat::ChatTemplate> template_override;
+  if (a.chat) {
+    (void)chat_options(a.think, a.no_think);
+    template_override = chat_template_override(a.chat_template);
+  }
   LoadedModel lm = load_model(a.model);
   const tok::Tokenizer& tk = *lm.model->tokenizer();
   std::string text = prompt;
@@ -45,8 +51,8 @@ void run(const RunArgs& a) {
     std::vector<chat::ChatMessage> msgs;
     if (!a.system.empty()) msgs.push_back({"system", a.system});
     msgs.push_back({"user", prompt});
-    const chat::ChatTemplate tmpl(chat::select_chat_template(tk.chat_template(), a.chat_template, a.model.model),
-                                    chat::chat_template_origin(a.chat_template, a.model.model));
+    const chat::ChatTemplate tmpl =
+        chat_template_for(std::move(template_override), tk.chat_template(), a.model.model);
     text = tmpl.render(msgs, chat_options(a.think, a.no_think));
   }
   const std::vector<int32_t> ids = tk.encode(text, /*add_special=*/true, /*parse_special=*/true);
@@ -84,11 +90,13 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("-p,--prompt", args->prompt, "prompt text ('-' reads stdin)");
   cmd->add_option("-f,--file", args->file, "read the prompt from a file");
   cmd->add_option("-n,--n-predict", args->n_predict, "tokens to generate (-1: until the context is full)")->capture_default_str();
-  cmd->add_flag("--chat", args->chat, "format the prompt with the model's chat template (one user turn)");
-  cmd->add_option("--system", args->system, "system prompt (with --chat)");
-  cmd->add_option("--chat-template", args->chat_template, "override the chat template: 'chatml' (built-in) or a Jinja template file");
-  cmd->add_flag("--think", args->think, "Qwen3: enable_thinking=true (the template's default when neither flag is given)");
-  cmd->add_flag("--no-think", args->no_think, "Qwen3: enable_thinking=false (an empty think block)");
+  auto* chat = cmd->add_flag("--chat", args->chat, "format the prompt with the model's chat template (one user turn)");
+  // These only shape the chat template's input: without --chat they would be ignored, so they
+  // are usage errors ("--think requires --chat"); --help shows "Needs: --chat" beside each.
+  cmd->add_option("--system", args->system, "system prompt")->needs(chat);
+  cmd->add_option("--chat-template", args->chat_template, "override the chat template: 'chatml' (built-in) or a Jinja template file")->needs(chat);
+  cmd->add_flag("--think", args->think, "Qwen3: enable_thinking=true (the template's default when neither flag is given)")->needs(chat);
+  cmd->add_flag("--no-think", args->no_think, "Qwen3: enable_thinking=false (an empty think block)")->needs(chat);
   cmd->add_option("--stop", args->stop, "stop string (repeatable)");
   cmd->add_flag("--no-display-prompt", args->no_display_prompt, "do not echo the prompt");
   cmd->callback([args] {

@@ -1,11 +1,15 @@
 // `minfer synth --arch A --preset P --type T --seed N --vocab FILE -o OUT`: write a model with a
 // public model's exact shape and metadata and seeded random weights (src/convert/synth.h).
+#include <charconv>
 #include <chrono>
+#include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 
 #include "commands.h"
 #include "convert/synth.h"
+#include "core/error.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
 
@@ -18,7 +22,7 @@ struct SynthArgs {
   std::string type;
   std::string vocab;
   std::string output;
-  uint64_t seed = 0;
+  std::string seed = "0";  ///< as given: parsed by parse_seed (CLI11 would wrap "-5" to 2^64 - 5)
   int threads = 0;
   bool pure = false;
 };
@@ -30,15 +34,26 @@ std::string preset_list() {
   return s;
 }
 
+// --seed VALUE: a decimal whole number 0..2^64-1, nothing else (no sign, no hex, no spaces).
+uint64_t parse_seed(const std::string& value) {
+  const std::string range = fmt::format("a whole number from 0 to {}", std::numeric_limits<uint64_t>::max());
+  if (!value.empty() && value[0] == '-') fail("--seed {}: the seed cannot be negative; give {}", value, range);
+  uint64_t seed = 0;
+  const char* end = value.data() + value.size();
+  const auto [ptr, ec] = std::from_chars(value.data(), end, seed);
+  if (value.empty() || ec != std::errc() || ptr != end) fail("--seed {}: not a seed; give {}", value, range);
+  return seed;
+}
+
 void run(const SynthArgs& a) {
   convert::SynthOptions opt;
   opt.arch = a.arch;
   opt.preset = a.preset;
   opt.ftype = parse_file_type(a.type);
+  opt.seed = parse_seed(a.seed);
   (void)convert::find_synth_preset(a.arch, a.preset);  // fail fast on a bad name
   opt.vocab = a.vocab;
   opt.output = a.output;
-  opt.seed = a.seed;
   opt.n_threads = resolve_thread_count(a.threads, "-t");
   opt.pure = a.pure;
   const auto t0 = std::chrono::steady_clock::now();
@@ -47,7 +62,7 @@ void run(const SynthArgs& a) {
   log_info("wrote {} ({} {}, {}): {} parameters, {:.2f} MiB of tensors, vocab {} tokens padded to "
            "{}, seed {}, in {:.1f} s",
            a.output, r.preset->arch, r.preset->name, file_type_name(opt.ftype), r.n_params,
-           static_cast<double>(r.bytes) / 1048576.0, r.vocab_tokens, r.preset->n_vocab, a.seed, s);
+           static_cast<double>(r.bytes) / 1048576.0, r.vocab_tokens, r.preset->n_vocab, opt.seed, s);
 }
 
 }  // namespace
@@ -62,7 +77,7 @@ void add_synth_command(CLI::App& app) {
   cmd->add_option("--vocab", args->vocab, "tokenizer source: a GGUF with tokenizer.* keys or a tokenizer.json")
       ->required();
   cmd->add_option("-o,--output", args->output, "GGUF file to write")->required();
-  cmd->add_option("--seed", args->seed, "random seed")->capture_default_str();
+  cmd->add_option("--seed", args->seed, "random seed, a whole number from 0 to 2^64-1")->capture_default_str();
   cmd->add_option("-t,--threads", args->threads, "threads (default: all cores)");
   cmd->add_flag("--pure", args->pure, "no per-tensor mix rules: every matrix gets the base type");
   cmd->callback([args] { run(*args); });

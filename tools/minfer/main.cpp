@@ -1,13 +1,34 @@
 // minfer: run GGUF language models on the CPU and NVIDIA GPUs.
 #include <algorithm>
 #include <cstdio>
+#include <exception>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
-#include <exception>
 
 #include "commands.h"
 #include "core/error.h"
 #include "core/printable.h"
+
+namespace {
+
+// CLI11 reports a command it does not know as "A subcommand is required". When the first
+// argument that is not an option (the app itself has only flags, so that is the command) names
+// no registered command, returns the error line that names it and lists the commands.
+std::optional<std::string> unknown_command_error(const CLI::App& app, std::span<const std::string> args) {
+  const auto command =
+      std::find_if(args.begin(), args.end(), [](const std::string& a) { return a.empty() || a[0] != '-'; });
+  if (command == args.end()) return std::nullopt;
+  const std::vector<const CLI::App*> subs = app.get_subcommands([](const CLI::App*) { return true; });
+  if (std::any_of(subs.begin(), subs.end(), [&](const CLI::App* s) { return s->check_name(*command); }))
+    return std::nullopt;
+  std::string names;
+  for (const CLI::App* s : subs) names += (names.empty() ? "" : ", ") + s->get_name();
+  return "unknown command '" + minfer::printable(*command) + "' (commands: " + names + ")";
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"minfer: run GGUF language models (Qwen2/Qwen2.5/Qwen3) on CPUs and NVIDIA GPUs"};
@@ -28,6 +49,10 @@ int main(int argc, char** argv) {
   for (std::string& a : args) {
     for (const auto& [shrt, lng] : minfer::cli::kLlamaStyleOptions)
       if (a == shrt) a = lng;
+  }
+  if (const std::optional<std::string> e = unknown_command_error(app, {args.begin() + 1, args.end()})) {
+    std::fprintf(stderr, "minfer: error: %s\n", e->c_str());
+    return 1;
   }
   args.erase(args.begin());                 // CLI11 wants the arguments without the program name,
   std::reverse(args.begin(), args.end());  // in reverse order

@@ -69,6 +69,19 @@ chat::ChatOptions chat_options(bool think, bool no_think) {
   return o;
 }
 
+std::optional<chat::ChatTemplate> chat_template_override(const std::string& override_value) {
+  if (override_value.empty()) return std::nullopt;
+  return chat::ChatTemplate(chat::select_chat_template({}, override_value, {}),
+                            chat::chat_template_origin(override_value, {}));
+}
+
+chat::ChatTemplate chat_template_for(std::optional<chat::ChatTemplate> override_template,
+                                     std::string_view model_template, const std::string& model_path) {
+  if (override_template) return std::move(*override_template);
+  return chat::ChatTemplate(chat::select_chat_template(model_template, {}, model_path),
+                            chat::chat_template_origin({}, model_path));
+}
+
 LoadedModel load_model(const ModelArgs& args) {
   LoadedModel lm;
   const EngineConfig cfg = args.engine_config();

@@ -5,7 +5,9 @@
 #include <CLI/CLI.hpp>
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "chat/chat.h"
 #include "engine/engine.h"
@@ -43,6 +45,18 @@ struct SamplingArgs {
 
 /// Chat rendering options from --think / --no-think (neither: the template's default).
 chat::ChatOptions chat_options(bool think, bool no_think);
+
+/// The --chat-template of run and chat, read and parsed now, before the model loads, so that a
+/// missing, unreadable or unparsable file is reported at once: minfer::Error naming the option
+/// and the file (chat::select_chat_template, chat::ChatTemplate). Empty `override_value`:
+/// nullopt, the model's own template is used (chat_template_for).
+std::optional<chat::ChatTemplate> chat_template_override(const std::string& override_value);
+
+/// The template run and chat render with: `override_template` when set, else `model_template`
+/// (the model's tokenizer.chat_template; minfer::Error naming `model_path` and suggesting
+/// --chat-template chatml when it is empty, or when it does not parse).
+chat::ChatTemplate chat_template_for(std::optional<chat::ChatTemplate> override_template,
+                                     std::string_view model_template, const std::string& model_path);
 
 /// Loads the model (one line on stderr: name, architecture, size, device) and creates its
 /// engine. Throws minfer::Error with a one-line message on any failure.

@@ -1,0 +1,112 @@
+// `minfer` usage mistakes, end to end through the built binary: each is refused with one line
+// "minfer: error: ..." naming the option (or command, or file) and the wrong value, exit status 1,
+// before any model is loaded. The model paths here do not exist on purpose: an error that names
+// the model instead of the option shows that the option was checked too late (or not at all).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <string>
+
+#include "cli_test_util.h"
+#include "test_util.h"
+
+namespace minfer {
+namespace {
+
+using Result = test::CommandResult;
+
+const std::string kNoModel = "/nonexistent/minfer-test-model.gguf";
+
+Result sh(const std::string& args) { return test::run_shell("timeout 60 " + test::minfer_bin() + " " + args); }
+
+size_t lines(const std::string& s) { return static_cast<size_t>(std::count(s.begin(), s.end(), '\n')); }
+
+/// Runs `args` and expects exit status 1 with exactly one line, "minfer: error: " and `message` in it.
+void expect_one_line_error(const std::string& args, const std::string& message) {
+  const Result r = sh(args);
+  EXPECT_EQ(r.status, 1) << args << "\n" << r.out;
+  EXPECT_EQ(r.out.rfind("minfer: error: ", 0), 0u) << args << "\n" << r.out;
+  EXPECT_NE(r.out.find(message), std::string::npos) << args << "\nwanted: " << message << "\ngot: " << r.out;
+  EXPECT_EQ(lines(r.out), 1u) << args << "\n" << r.out;
+}
+
+
+TEST(CliUsage, chat_template_file_is_checked_before_the_model_loads) {
+  const std::filesystem::path dir = test::temp_dir();
+  const std::string missing = (dir / "missing.jinja").string();
+  for (const std::string& cmd : {"run -m " + kNoModel + " -p hi --chat", "chat -m " + kNoModel}) {
+    expect_one_line_error(cmd + " --chat-template " + missing,
+                          "--chat-template " + missing + ": neither 'chatml' nor a readable template file");
+    expect_one_line_error(cmd + " --chat-template " + dir.string(),
+                          "--chat-template " + dir.string() + ": neither 'chatml' nor a readable template file (it is a directory)");
+  }
+  // A template that does not parse is reported before the model loads too, naming the file.
+  const std::string broken = (dir / "broken.jinja").string();
+  test::run_shell("printf '{%% for m in messages %%}' > " + broken);
+  expect_one_line_error("run -m " + kNoModel + " -p hi --chat --chat-template " + broken, broken + ": chat template line 1: ");
+}
+
+TEST(CliUsage, synth_seed_must_be_a_whole_number_from_0_to_2_pow_64_minus_1) {
+  const std::filesystem::path dir = test::temp_dir();
+  const std::string synth = "synth --arch qwen2 --preset tiny --type q8_0 --vocab /nonexistent/vocab.json -o " +
+                            (dir / "out.gguf").string() + " --seed ";
+  expect_one_line_error(synth + "-5", "--seed -5: ");
+  expect_one_line_error(synth + "-5", "negative");
+  expect_one_line_error(synth + "abc", "--seed abc: ");
+  expect_one_line_error(synth + "12x", "--seed 12x: ");
+  expect_one_line_error(synth + "0x10", "--seed 0x10: ");  // decimal only (strtoull read this as 16)
+  expect_one_line_error(synth + "18446744073709551616", "--seed 18446744073709551616: ");
+  // The largest seed is accepted: the error is then the missing vocabulary file's.
+  const Result r = sh(synth + "18446744073709551615");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("/nonexistent/vocab.json"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("--seed"), std::string::npos) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(dir / "out.gguf"));
+}
+
+TEST(CliUsage, run_options_that_only_apply_to_chat_prompts_need_chat) {
+  const std::string run = "run -m " + kNoModel + " -p hi ";
+  expect_one_line_error(run + "--think", "--think requires --chat");
+  expect_one_line_error(run + "--no-think", "--no-think requires --chat");
+  expect_one_line_error(run + "--system 'be brief'", "--system requires --chat");
+  expect_one_line_error(run + "--chat-template chatml", "--chat-template requires --chat");
+  // With --chat they are accepted: the error is then the missing model's.
+  const Result r = sh(run + "--chat --no-think --system 'be brief' --chat-template chatml");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find(kNoModel), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("requires"), std::string::npos) << r.out;
+}
+
+TEST(CliUsage, unknown_command_is_named_with_the_list_of_commands) {
+  const Result r = sh("frobnicate -m x");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_EQ(r.out.rfind("minfer: error: unknown command 'frobnicate' (commands: ", 0), 0u) << r.out;
+  for (const char* name : {"run", "chat", "bench", "perplexity", "tokenize", "inspect", "quantize", "synth", "env"})
+    EXPECT_NE(r.out.find(std::string(" ") + name), std::string::npos) << name << " is not listed: " << r.out;
+  EXPECT_EQ(r.out.substr(r.out.size() - 2), ")\n") << r.out;
+  EXPECT_EQ(lines(r.out), 1u) << r.out;
+  // --version and a known command still work.
+  EXPECT_EQ(sh("--version").status, 0);
+  const Result env = sh("env");
+  EXPECT_EQ(env.status, 0) << env.out;
+  EXPECT_NE(env.out.find("MINFER_LOG"), std::string::npos) << env.out;
+}
+
+TEST(CliUsage, bidi_controls_in_an_echoed_argument_are_escaped) {
+  // $(printf ...) puts U+202E (RIGHT-TO-LEFT OVERRIDE, UTF-8 e2 80 ae) into the argument.
+  const std::string rlo = "\"$(printf 'x\\342\\200\\256y')\"";
+  const std::string raw = "x\xe2\x80\xaey";
+  for (const std::string& args : {rlo,                                  // an unknown command
+                                  "run -m m.gguf -p hi --bogus" + rlo,   // a CLI11 usage error
+                                  "run -p hi -m /nonexistent/" + rlo}) {  // a minfer::Error
+    const Result r = sh(args);
+    EXPECT_EQ(r.status, 1) << args << "\n" << r.out;
+    EXPECT_NE(r.out.find("x\\u202ey"), std::string::npos) << args << "\n" << r.out;
+    EXPECT_EQ(r.out.find(raw), std::string::npos) << args << "\n" << r.out;
+    EXPECT_EQ(lines(r.out), 1u) << args << "\n" << r.out;
+  }
+}
+
+}  // namespace
+}  // namespace minfer
