@@ -32,8 +32,6 @@ constexpr std::array kTable = {
            "CUDA MMQ token tile: 0 = chosen per shape, 32, 64 or 128 = always that tile (A/B measurements)"},
     EnvVar{"MINFER_CUDA_MMVQ_KB", "0",
            "tuning: 2 = 16 super-blocks per warp and step in the direct Q4_K/Q5_K matrix-vector kernel (default 8)"},
-    EnvVar{"MINFER_CUDA_MMVQ_PERSISTENT", "0",
-           "1: CUDA quantized matrix-vector kernels at n = 1 run persistent row-pair warps (A/B; default: one warp per row or pair)"},
     EnvVar{"MINFER_CUDA_MMVQ_STAGED", "0",
            "1: CUDA Q4_K/Q5_K matrix-vector products use the shared-memory staged kernel, not the direct-load one (A/B)"},
     EnvVar{"MINFER_NO_MMQ", "0",

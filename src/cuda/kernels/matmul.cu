@@ -47,11 +47,10 @@ bool launch_kquant(TensorType type, const mm::MmvqBatch& b, const mm::Q8KView& a
   if (!env_flag("MINFER_CUDA_MMVQ_STAGED")) {
     bool launched = false;
     const int kb = static_cast<int>(env_int("MINFER_CUDA_MMVQ_KB", 0));
-    const bool ok =
-        mm::launch_mmvq_kquant_direct(type, b, acts, stream, kb, env_flag("MINFER_CUDA_MMVQ_PERSISTENT"), &launched);
+    const bool ok = mm::launch_mmvq_kquant_direct(type, b, acts, stream, kb, &launched);
     if (launched) return ok;
   }
-  return mm::launch_mmvq_kquant(type, b, acts, stream, env_flag("MINFER_CUDA_MMVQ_PERSISTENT"));
+  return mm::launch_mmvq_kquant(type, b, acts, stream);
 }
 
 }  // namespace
@@ -113,8 +112,7 @@ bool matmul(TensorType type, const void* W, int64_t k, int64_t m, const float* x
   const mm::MmvqArgs a{W, k, m, rb, static_cast<int>(n), y, ldy};
   switch (kind) {
     case ActKind::Q8:
-      return mm::launch_mmvq_legacy(type, mm::single_batch(a), mm::q8_view(L, qx), stream,
-                                    env_flag("MINFER_CUDA_MMVQ_PERSISTENT"));
+      return mm::launch_mmvq_legacy(type, mm::single_batch(a), mm::q8_view(L, qx), stream);
     case ActKind::Q8K: return launch_kquant(type, mm::single_batch(a), mm::q8k_view(L, qx), stream);
     case ActKind::F32: return mm::launch_mmvq_float(type, a, x, k, stream);
     case ActKind::F16:
@@ -158,7 +156,7 @@ bool launch_batch(TensorType type, const mm::MmvqBatch& b, const void* qx, cudaS
   mm::act_kind_for(type, &kind);
   const ActLayout L = mm::act_layout(kind, b.k, b.n);
   if (kind == ActKind::Q8)
-    return mm::launch_mmvq_legacy(type, b, mm::q8_view(L, qx), stream, env_flag("MINFER_CUDA_MMVQ_PERSISTENT"));
+    return mm::launch_mmvq_legacy(type, b, mm::q8_view(L, qx), stream);
   return launch_kquant(type, b, mm::q8k_view(L, qx), stream);
 }
 

@@ -81,21 +81,16 @@ inline MmvqBatch single_batch(const MmvqArgs& a) {
   return b;
 }
 
-/// The staged quantized MMVQ kernels. persistent (n = 1 only; MINFER_CUDA_MMVQ_PERSISTENT=1):
-/// warps of two rows each that walk several row pairs with the next chunk's loads in flight;
-/// false (the default, measured faster): one warp per row (per gate/up row with glu).
-bool launch_mmvq_legacy(TensorType type, const MmvqBatch& b, const Q8View& acts, cudaStream_t stream,
-                        bool persistent = false);
-bool launch_mmvq_kquant(TensorType type, const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream,
-                        bool persistent = false);
+/// The staged quantized MMVQ kernels: one warp per row (per gate/up row with glu).
+bool launch_mmvq_legacy(TensorType type, const MmvqBatch& b, const Q8View& acts, cudaStream_t stream);
+bool launch_mmvq_kquant(TensorType type, const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream);
 /// The direct-load K-quant MMVQ (mmvq_kquants_direct.cu): Q4_K and Q5_K with every segment's
 /// weights 16-byte aligned (acts.qs 16-byte, acts.bsums 8-byte aligned). Sets *launched to false
 /// (and returns true) when it does not apply, so the caller falls back to launch_mmvq_kquant;
 /// otherwise returns the launch's result. Same results, bit for bit, as launch_mmvq_kquant.
-/// kb: 2 = 16 super-blocks per warp and step, else 8 (a tuning knob); persistent: as for the
-/// staged kernels below.
+/// kb: 2 = 16 super-blocks per warp and step, else 8 (a tuning knob).
 bool launch_mmvq_kquant_direct(TensorType type, const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream,
-                               int kb, bool persistent, bool* launched);
+                               int kb, bool* launched);
 /// F32: `acts` is x (f32, token column t at x + t * k); F16/BF16: the converted plane
 /// (uint16, column t at acts + t * act_stride).
 bool launch_mmvq_float(TensorType type, const MmvqArgs& a, const void* acts, int64_t act_stride,

@@ -79,7 +79,7 @@ __device__ __forceinline__ void store_row(const SegRow& s, const float (&v)[N]) 
   }
 }
 
-/// The two rows of work item (row pair) p of the persistent MMVQ kernels: with glu, row p of the
+/// The two rows of work item (row pair) p of the direct-load MMVQ kernel: with glu, row p of the
 /// gate (s0) and of the up segment (s1); otherwise grid rows 2p and 2p + 1, each in its own
 /// segment (a missing second row gives s1 = s0, computed but not stored). False past the last
 /// pair.
@@ -102,28 +102,6 @@ __device__ __forceinline__ void swiglu_in_place(float (&g)[N], const float (&u)[
   for (int c = 0; c < N; ++c) g[c] = __fmul_rn(silu_cpu(g[c]), u[c]);
 }
 
-/// A weight row of a persistent launch: its tensor's byte range [lo, hi) (reads outside it give
-/// 0) and the row's first byte.
-struct RowSpan {
-  uint64_t lo;
-  uint64_t hi;
-  uint64_t start;
-};
-
-/// The two rows of work item p (pair_rows) as RowSpans. False past the last pair.
-template <bool kGlu>
-__device__ __forceinline__ bool pair_spans(const MmvqBatch& b, int64_t p, RowSpan (&rs)[2]) {
-  SegRow s[2];
-  if (!pair_rows<kGlu>(b, p, &s[0], &s[1])) return false;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    rs[r].lo = reinterpret_cast<uint64_t>(s[r].w);
-    rs[r].hi = rs[r].lo + static_cast<uint64_t>(s[r].m) * static_cast<uint64_t>(b.row_bytes);
-    rs[r].start = rs[r].lo + static_cast<uint64_t>(s[r].row) * static_cast<uint64_t>(b.row_bytes);
-  }
-  return true;
-}
-
 /// Folds the two rows' sums of work item p (pair_rows) and stores them from lane 0: with glu
 /// silu(gate) * up into the gate segment, otherwise each row into its segment. Called by the
 /// whole warp.
@@ -143,39 +121,6 @@ __device__ __forceinline__ void store_pair(const MmvqBatch& b, int64_t p, float 
     store_row(s0, acc[0]);
     if (find_segment(b, 2 * p + 1, &s1)) store_row(s1, acc[1]);
   }
-}
-
-/// Blocks of `kernel` (kMmvqWarps warps, no dynamic shared memory) resident per SM times the SM
-/// count of the current device: the most blocks a persistent launch needs (queried once per
-/// kernel; 0 when the query fails, and then the caller does not cap its grid).
-template <typename Kernel>
-int64_t resident_blocks(Kernel kernel) {
-  static const int64_t blocks = [kernel] {
-    int dev = 0, sms = 0, per_sm = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kMmvqWarps * 32, 0) != cudaSuccess) {
-      (void)cudaGetLastError();  // a failed query must not be blamed on the next launch
-      return int64_t{0};
-    }
-    return static_cast<int64_t>(sms) * per_sm;
-  }();
-  return blocks;
-}
-
-/// Grid blocks of a persistent MMVQ launch over `pairs` work items: one warp per item when they
-/// all fit on the device at once, else as few warps as give every warp the same number of items
-/// (ceil(pairs / resident warps)): a grid of exactly the resident warps would leave the warps
-/// with one item fewer idle while the others finish their last.
-template <typename Kernel>
-unsigned persistent_blocks(Kernel kernel, int64_t pairs) {
-  const int64_t resident_warps = resident_blocks(kernel) * kMmvqWarps;
-  int64_t warps = pairs;
-  if (resident_warps > 0 && pairs > resident_warps) {
-    const int64_t per_warp = (pairs + resident_warps - 1) / resident_warps;
-    warps = (pairs + per_warp - 1) / per_warp;
-  }
-  return static_cast<unsigned>((warps + kMmvqWarps - 1) / kMmvqWarps);
 }
 
 }  // namespace minfer::cuda::mm

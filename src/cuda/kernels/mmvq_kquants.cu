@@ -91,8 +91,7 @@ __device__ __forceinline__ void kquant_row_dot(const uint8_t* w, int64_t m, int6
   for (int c = 0; c < N; ++c) acc[c] = fold_lanes(acc[c]);
 }
 
-// n = 2..8: one warp per grid row (mmvq_batch.cuh: the row's segment; with glu the gate and up
-// rows).
+// One warp per grid row (mmvq_batch.cuh: the row's segment; with glu the gate and up rows).
 template <TensorType kType, int N, bool kGlu>
 __global__ void __launch_bounds__(kMmvqWarps * 32, 4)
     mmvq_kquant_kernel(const MmvqBatch b, const Q8KView acts) {
@@ -119,77 +118,6 @@ __global__ void __launch_bounds__(kMmvqWarps * 32, 4)
   if (lane == 0) store_row(s, acc);
 }
 
-// n = 1, persistent: warp i of the grid takes work items (row pairs, mmvq_batch.cuh pair_rows)
-// i, i + W, ... (W = the grid's warps), each as its chunks of CB super-blocks, and loads the next
-// chunk (of the same or of the next pair) into registers before computing the current one from
-// the stages. Per row the arithmetic is kquant_row_dot's.
-template <TensorType kType, bool kGlu>
-__global__ void __launch_bounds__(kMmvqWarps * 32, 4) mmvq_kquant_stream_kernel(const MmvqBatch b, const Q8KView acts) {
-  pdl_prologue();
-  using T = KQuant<kType>;
-  constexpr int kWords = 32 * T::U + 1;
-  static_assert(((14 + T::CB * T::kBytes + 15) >> 4) + 2 <= kWords,
-                "a chunk at any 2-byte alignment (plus the over-read) fits the stage");
-  __shared__ uint4 stage_all[kMmvqWarps][2 * kWords];
-  const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
-  uint4* stage = stage_all[warp];
-  const int64_t n_warps = static_cast<int64_t>(gridDim.x) * kMmvqWarps;
-  int64_t p = static_cast<int64_t>(blockIdx.x) * kMmvqWarps + warp;
-  const int64_t nb = b.k / 256;
-  const int64_t n_chunks = (nb + T::CB - 1) / T::CB;
-  auto chunk_geom = [&](const RowSpan& r, int64_t chunk) {
-    const int64_t b0 = chunk * T::CB;
-    const int64_t cnt = nb - b0 < T::CB ? nb - b0 : T::CB;
-    return stage_geom(r.start + static_cast<uint64_t>(b0 * T::kBytes), cnt * T::kBytes);
-  };
-  RowSpan rs[2];
-  if (!pair_spans<kGlu>(b, p, rs)) return;  // the whole warp leaves; no block-wide barrier follows
-  StageRegs<T::U> regs[2];
-  StageGeom geom[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    geom[r] = chunk_geom(rs[r], 0);
-    regs[r].load(geom[r], lane, rs[r].lo, rs[r].hi);
-  }
-  float acc[2][1] = {{0.0f}, {0.0f}};
-  int64_t chunk = 0;
-  for (;;) {
-    StageGeom cur[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      cur[r] = geom[r];
-      regs[r].store(stage + r * kWords, cur[r], lane);
-    }
-    __syncwarp();
-    int64_t next_p = p, next_chunk = chunk + 1;
-    bool has_next = true;
-    if (next_chunk == n_chunks) {
-      next_p = p + n_warps;
-      next_chunk = 0;
-      has_next = pair_spans<kGlu>(b, next_p, rs);
-    }
-    if (has_next) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        geom[r] = chunk_geom(rs[r], next_chunk);
-        regs[r].load(geom[r], lane, rs[r].lo, rs[r].hi);
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r)
-      kquant_chunk_terms<kType, 1>(reinterpret_cast<const uint8_t*>(stage + r * kWords), cur[r].offset,
-                                   chunk * T::CB, nb, acts, lane, acc[r]);
-    __syncwarp();  // the stages are rewritten by the next chunk
-    if (next_chunk == 0) {
-      store_pair<kGlu, 1>(b, p, acc, lane);
-      acc[0][0] = acc[1][0] = 0.0f;
-    }
-    if (!has_next) break;
-    p = next_p;
-    chunk = next_chunk;
-  }
-}
-
 #define MINFER_MMVQ_SITES(name)                                                        \
   {                                                                                    \
     "mmvq_" name "_n1", "mmvq_" name "_n2", "mmvq_" name "_n3", "mmvq_" name "_n4",    \
@@ -197,15 +125,8 @@ __global__ void __launch_bounds__(kMmvqWarps * 32, 4) mmvq_kquant_stream_kernel(
   }
 
 template <TensorType kType, bool kGlu>
-bool launch_type(const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, const char* const* sites,
-                 bool persistent) {
+bool launch_type(const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, const char* const* sites) {
   const dim3 block(kMmvqWarps * 32);
-  if (b.n == 1 && persistent) {  // decode: persistent warps, two rows each
-    auto* kernel = mmvq_kquant_stream_kernel<kType, kGlu>;
-    const int64_t pairs = kGlu ? b.seg[0].m : (batch_rows(b) + 1) / 2;
-    launch_pdl(kernel, dim3(persistent_blocks(kernel, pairs)), dim3(block), 0, stream, b, acts);
-    return MINFER_LAUNCH_CHECK(sites[0]);
-  }
   const dim3 grid(static_cast<unsigned>((batch_rows(b) + kMmvqWarps - 1) / kMmvqWarps));
   switch (b.n) {
 #define MINFER_CASE(N)                                                         \
@@ -227,15 +148,14 @@ bool launch_type(const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, c
 
 template <TensorType kType>
 bool launch_either(const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, const char* const* sites,
-                   const char* const* glu_sites, bool persistent) {
-  return b.glu ? launch_type<kType, true>(b, acts, stream, glu_sites, persistent)
-               : launch_type<kType, false>(b, acts, stream, sites, persistent);
+                   const char* const* glu_sites) {
+  return b.glu ? launch_type<kType, true>(b, acts, stream, glu_sites)
+               : launch_type<kType, false>(b, acts, stream, sites);
 }
 
 }  // namespace
 
-bool launch_mmvq_kquant(TensorType type, const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream,
-                        bool persistent) {
+bool launch_mmvq_kquant(TensorType type, const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream) {
   static const char* const kQ4_K[8] = MINFER_MMVQ_SITES("q4_K");
   static const char* const kQ5_K[8] = MINFER_MMVQ_SITES("q5_K");
   static const char* const kQ6_K[8] = MINFER_MMVQ_SITES("q6_K");
@@ -245,9 +165,9 @@ bool launch_mmvq_kquant(TensorType type, const MmvqBatch& b, const Q8KView& acts
   if (b.n_seg < 1 || b.n_seg > kMmvqMaxSegments || (b.glu && (b.n_seg != 2 || b.seg[1].m != b.seg[0].m)))
     return false;
   switch (type) {
-    case TensorType::Q4_K: return launch_either<TensorType::Q4_K>(b, acts, stream, kQ4_K, kQ4_Kg, persistent);
-    case TensorType::Q5_K: return launch_either<TensorType::Q5_K>(b, acts, stream, kQ5_K, kQ5_Kg, persistent);
-    case TensorType::Q6_K: return launch_either<TensorType::Q6_K>(b, acts, stream, kQ6_K, kQ6_Kg, persistent);
+    case TensorType::Q4_K: return launch_either<TensorType::Q4_K>(b, acts, stream, kQ4_K, kQ4_Kg);
+    case TensorType::Q5_K: return launch_either<TensorType::Q5_K>(b, acts, stream, kQ5_K, kQ5_Kg);
+    case TensorType::Q6_K: return launch_either<TensorType::Q6_K>(b, acts, stream, kQ6_K, kQ6_Kg);
     default: return false;
   }
 }

@@ -7,9 +7,10 @@
 // Work split. A warp computes two rows at once (the gate and up rows of a SwiGLU launch, else two
 // consecutive grid rows), so their loads are in flight together. Four lanes share a super-block:
 // lane 4g + q decodes quarter q (sub-blocks 2q, 2q + 1) of super-block 8 kb + g of a step of
-// KB * 8 super-blocks. The grid holds only as many blocks as fit on the device at once; each
-// warp walks its row pairs step by step and issues the loads of its next step (possibly of its
-// next pair) before computing the current one, so a warp always has a step's loads in flight.
+// KB * 8 super-blocks (8 by default; 16 with MINFER_CUDA_MMVQ_KB=2, measured slower end to end).
+// One warp per row pair; a warp issues the loads of its next step before computing the current
+// one. (A persistent grid, warps walking several pairs, was measured slower and removed:
+// docs/perf/2026-11-30-mmvq-direct.md.)
 //
 // Exactness. A quarter's shares of the integer sums isum/msum are exact; the four shares are
 // added with xor-shuffles (with KB = 2, transposed: after the xor-1 exchange even lanes carry
@@ -131,9 +132,9 @@ __device__ __forceinline__ bool pair_ptrs(const MmvqBatch& b, int64_t p, const u
   return true;
 }
 
-// Persistent warps: warp i of the grid takes work items (row pairs) i, i + W, i + 2W, ... (W =
-// the grid's warp count), each as n_steps steps, and issues the loads of its next step (of the
-// same or the next pair) before computing the current one, so its loads stay in flight.
+// Warp i of the grid takes work items (row pairs) i, i + W, i + 2W, ... (W = the grid's warp
+// count; the launch gives one pair per warp), each as n_steps steps, and issues the loads of its
+// next step before computing the current one.
 template <TensorType kType, int N, bool kGlu, int KB>
 __global__ void __launch_bounds__(kMmvqWarps * 32, N <= 2 ? 3 : 2)
     mmvq_kquant_direct_kernel(const MmvqBatch b, const Q8KView acts) {
@@ -197,22 +198,19 @@ __global__ void __launch_bounds__(kMmvqWarps * 32, N <= 2 ? 3 : 2)
   }
 
 template <TensorType kType, int N, bool kGlu, int KB>
-bool launch_n(const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, const char* site, bool persistent) {
-  auto* kernel = mmvq_kquant_direct_kernel<kType, N, kGlu, KB>;
+bool launch_n(const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, const char* site) {
   const int64_t pairs = kGlu ? b.seg[0].m : (batch_rows(b) + 1) / 2;
-  const unsigned blocks = persistent ? persistent_blocks(kernel, pairs)
-                                     : static_cast<unsigned>((pairs + kMmvqWarps - 1) / kMmvqWarps);
-  launch_pdl(kernel, dim3(blocks), dim3(kMmvqWarps * 32), 0, stream, b, acts);
+  const auto blocks = static_cast<unsigned>((pairs + kMmvqWarps - 1) / kMmvqWarps);  // one warp per pair
+  launch_pdl(mmvq_kquant_direct_kernel<kType, N, kGlu, KB>, dim3(blocks), dim3(kMmvqWarps * 32), 0, stream, b, acts);
   return MINFER_LAUNCH_CHECK(site);
 }
 
 template <TensorType kType, bool kGlu, int KB>
-bool launch_type(const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, const char* const* sites,
-                 bool persistent) {
+bool launch_type(const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, const char* const* sites) {
   switch (b.n) {
 #define MINFER_CASE(N) \
   case N:              \
-    return launch_n<kType, N, kGlu, KB>(b, acts, stream, sites[N - 1], persistent);
+    return launch_n<kType, N, kGlu, KB>(b, acts, stream, sites[N - 1]);
     MINFER_CASE(1)
     MINFER_CASE(2)
     MINFER_CASE(3)
@@ -228,15 +226,15 @@ bool launch_type(const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, c
 
 template <TensorType kType>
 bool launch_either(const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, const char* const* sites,
-                   const char* const* glu_sites, int kb, bool persistent) {
+                   const char* const* glu_sites, int kb) {
   // Default one half per step: 7B Q4_K_M tg128 356 t/s against 325 with two halves where they
   // leave no more slots idle (docs/perf/2026-11-30-mmvq-direct.md).
   const bool two = kb == 2;
   if (b.glu)
-    return two ? launch_type<kType, true, 2>(b, acts, stream, glu_sites, persistent)
-               : launch_type<kType, true, 1>(b, acts, stream, glu_sites, persistent);
-  return two ? launch_type<kType, false, 2>(b, acts, stream, sites, persistent)
-             : launch_type<kType, false, 1>(b, acts, stream, sites, persistent);
+    return two ? launch_type<kType, true, 2>(b, acts, stream, glu_sites)
+               : launch_type<kType, true, 1>(b, acts, stream, glu_sites);
+  return two ? launch_type<kType, false, 2>(b, acts, stream, sites)
+             : launch_type<kType, false, 1>(b, acts, stream, sites);
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
@@ -244,7 +242,7 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 }  // namespace
 
 bool launch_mmvq_kquant_direct(TensorType type, const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream,
-                               int kb, bool persistent, bool* launched) {
+                               int kb, bool* launched) {
   static const char* const kQ4_K[8] = MINFER_MMVQ_SITES("direct_q4_K");
   static const char* const kQ5_K[8] = MINFER_MMVQ_SITES("direct_q5_K");
   static const char* const kQ4_Kg[8] = MINFER_MMVQ_SITES("direct_glu_q4_K");
@@ -257,8 +255,8 @@ bool launch_mmvq_kquant_direct(TensorType type, const MmvqBatch& b, const Q8KVie
     if (!aligned16(b.seg[s].w)) return true;
   if (!aligned16(acts.qs) || (reinterpret_cast<uintptr_t>(acts.bsums) & 7u) != 0) return true;
   *launched = true;
-  return type == TensorType::Q4_K ? launch_either<TensorType::Q4_K>(b, acts, stream, kQ4_K, kQ4_Kg, kb, persistent)
-                                  : launch_either<TensorType::Q5_K>(b, acts, stream, kQ5_K, kQ5_Kg, kb, persistent);
+  return type == TensorType::Q4_K ? launch_either<TensorType::Q4_K>(b, acts, stream, kQ4_K, kQ4_Kg, kb)
+                                  : launch_either<TensorType::Q5_K>(b, acts, stream, kQ5_K, kQ5_Kg, kb);
 }
 
 }  // namespace minfer::cuda::mm

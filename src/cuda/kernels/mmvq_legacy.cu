@@ -1,13 +1,11 @@
 // MMVQ for the legacy 32-element block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) x Q8 activations,
 // n = 1..8 token columns, bit-identical to the CPU reference (design: mmvq.cuh).
 //
-// One warp per weight row (the gate and up rows together for the SwiGLU launch); at n = 1 (decode)
-// persistent warps of two rows each that walk several row pairs. The row is
+// One warp per weight row (the gate and up rows together for the SwiGLU launch). The row is
 // streamed in chunks of CB blocks: each lane loads up to U
 // aligned 16-byte words of the chunk into registers, the warp writes them to its shared-memory
 // stage, and lane l then unpacks blocks l, l + 32, ... of the chunk from there. The next
-// chunk's loads (at n = 1 possibly of the next row pair) are issued before the current chunk is
-// computed. CB is a multiple of 32, so
+// chunk's loads are issued before the current chunk is computed. CB is a multiple of 32, so
 // lane l sees exactly the blocks t = l (mod 32) in increasing t: lane l *is* virtual lane l of
 // the accumulation contract and no term moves between lanes until the final fold.
 #include "cuda/kernels/launch.cuh"
@@ -92,8 +90,8 @@ __device__ __forceinline__ void legacy_rows_dot(const uint8_t* const (&w)[R], co
     for (int c = 0; c < N; ++c) acc[r][c] = fold_lanes(acc[r][c]);
 }
 
-// n = 2..8: one warp per grid row (mmvq_batch.cuh: the row's segment; with glu the gate and up
-// rows, which are streamed together).
+// One warp per grid row (mmvq_batch.cuh: the row's segment; with glu the gate and up rows, which
+// are streamed together).
 template <TensorType kType, int N, bool kGlu>
 __global__ void __launch_bounds__(kMmvqWarps * 32, kGlu ? 4 : (N <= 4 ? 8 : 6))
     mmvq_legacy_kernel(const MmvqBatch b, const Q8View acts) {
@@ -124,87 +122,6 @@ __global__ void __launch_bounds__(kMmvqWarps * 32, kGlu ? 4 : (N <= 4 ? 8 : 6))
   if (lane == 0) store_row(s, acc[0]);
 }
 
-// n = 1, persistent: warp i of the grid takes work items (row pairs, mmvq_batch.cuh pair_rows)
-// i, i + W, ... (W = the grid's warps), each as its chunks of CB blocks, and loads the next chunk
-// (of the same or of the next pair) into registers before computing the current one from the
-// stage. Per row the arithmetic is legacy_rows_dot's: lane l adds blocks t = l mod 32 in order.
-template <TensorType kType, bool kGlu>
-__global__ void __launch_bounds__(kMmvqWarps * 32, 4) mmvq_legacy_stream_kernel(const MmvqBatch b, const Q8View acts) {
-  pdl_prologue();
-  using T = Legacy<kType>;
-  static_assert(T::CB % 32 == 0, "lane l must own the blocks t = l mod 32");
-  static_assert(((14 + T::CB * T::kBytes + 15) >> 4) + 2 <= kStageWords<kType>,
-                "a chunk at any 2-byte alignment (plus 20 bytes of over-read) fits the stage");
-  __shared__ uint4 stage_all[kMmvqWarps][2 * kStageWords<kType>];
-  const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
-  uint4* stage = stage_all[warp];
-  const int64_t n_warps = static_cast<int64_t>(gridDim.x) * kMmvqWarps;
-  int64_t p = static_cast<int64_t>(blockIdx.x) * kMmvqWarps + warp;
-  const int64_t nb = b.k / 32;
-  const int64_t n_chunks = (nb + T::CB - 1) / T::CB;
-  auto chunk_geom = [&](const RowSpan& r, int64_t chunk) {
-    const int64_t b0 = chunk * T::CB;
-    const int64_t cnt = nb - b0 < T::CB ? nb - b0 : T::CB;
-    return stage_geom(r.start + static_cast<uint64_t>(b0 * T::kBytes), cnt * T::kBytes);
-  };
-  RowSpan rs[2];
-  if (!pair_spans<kGlu>(b, p, rs)) return;  // the whole warp leaves; no block-wide barrier follows
-  StageRegs<T::U> regs[2];
-  StageGeom geom[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    geom[r] = chunk_geom(rs[r], 0);
-    regs[r].load(geom[r], lane, rs[r].lo, rs[r].hi);
-  }
-  float acc[2][1] = {{0.0f}, {0.0f}};
-  int64_t chunk = 0;
-  for (;;) {
-    StageGeom cur[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      cur[r] = geom[r];
-      regs[r].store(stage + r * kStageWords<kType>, cur[r], lane);
-    }
-    __syncwarp();
-    int64_t next_p = p, next_chunk = chunk + 1;
-    bool has_next = true;
-    if (next_chunk == n_chunks) {
-      next_p = p + n_warps;
-      next_chunk = 0;
-      has_next = pair_spans<kGlu>(b, next_p, rs);
-    }
-    if (has_next) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        geom[r] = chunk_geom(rs[r], next_chunk);
-        regs[r].load(geom[r], lane, rs[r].lo, rs[r].hi);
-      }
-    }
-    const int64_t b0 = chunk * T::CB;
-    const int n_blk = static_cast<int>(nb - b0 < T::CB ? nb - b0 : T::CB);
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const uint8_t* sb = reinterpret_cast<const uint8_t*>(stage + r * kStageWords<kType>);
-#pragma unroll
-      for (int it = 0; it < T::CB / 32; ++it) {
-        const int i = it * 32 + lane;
-        if (i < n_blk) {
-          const LegacyW wb = T::decode(sb, cur[r].offset + i * T::kBytes);
-          acc[r][0] = __fadd_rn(acc[r][0], legacy_term<kType>(wb, acts, 0, b0 + i));
-        }
-      }
-    }
-    __syncwarp();  // the stages are rewritten by the next chunk
-    if (next_chunk == 0) {
-      store_pair<kGlu, 1>(b, p, acc, lane);
-      acc[0][0] = acc[1][0] = 0.0f;
-    }
-    if (!has_next) break;
-    p = next_p;
-    chunk = next_chunk;
-  }
-}
-
 #define MINFER_MMVQ_SITES(name)                                                        \
   {                                                                                    \
     "mmvq_" name "_n1", "mmvq_" name "_n2", "mmvq_" name "_n3", "mmvq_" name "_n4",    \
@@ -212,15 +129,8 @@ __global__ void __launch_bounds__(kMmvqWarps * 32, 4) mmvq_legacy_stream_kernel(
   }
 
 template <TensorType kType, bool kGlu>
-bool launch_type(const MmvqBatch& b, const Q8View& acts, cudaStream_t stream, const char* const* sites,
-                 bool persistent) {
+bool launch_type(const MmvqBatch& b, const Q8View& acts, cudaStream_t stream, const char* const* sites) {
   const dim3 block(kMmvqWarps * 32);
-  if (b.n == 1 && persistent) {  // decode: persistent warps, two rows each
-    auto* kernel = mmvq_legacy_stream_kernel<kType, kGlu>;
-    const int64_t pairs = kGlu ? b.seg[0].m : (batch_rows(b) + 1) / 2;
-    launch_pdl(kernel, dim3(persistent_blocks(kernel, pairs)), dim3(block), 0, stream, b, acts);
-    return MINFER_LAUNCH_CHECK(sites[0]);
-  }
   const dim3 grid(static_cast<unsigned>((batch_rows(b) + kMmvqWarps - 1) / kMmvqWarps));
   switch (b.n) {
 #define MINFER_CASE(N)                                                                \
@@ -242,15 +152,14 @@ bool launch_type(const MmvqBatch& b, const Q8View& acts, cudaStream_t stream, co
 
 template <TensorType kType>
 bool launch_either(const MmvqBatch& b, const Q8View& acts, cudaStream_t stream, const char* const* sites,
-                   const char* const* glu_sites, bool persistent) {
-  return b.glu ? launch_type<kType, true>(b, acts, stream, glu_sites, persistent)
-               : launch_type<kType, false>(b, acts, stream, sites, persistent);
+                   const char* const* glu_sites) {
+  return b.glu ? launch_type<kType, true>(b, acts, stream, glu_sites)
+               : launch_type<kType, false>(b, acts, stream, sites);
 }
 
 }  // namespace
 
-bool launch_mmvq_legacy(TensorType type, const MmvqBatch& b, const Q8View& acts, cudaStream_t stream,
-                        bool persistent) {
+bool launch_mmvq_legacy(TensorType type, const MmvqBatch& b, const Q8View& acts, cudaStream_t stream) {
   static const char* const kQ4_0[8] = MINFER_MMVQ_SITES("q4_0");
   static const char* const kQ4_1[8] = MINFER_MMVQ_SITES("q4_1");
   static const char* const kQ5_0[8] = MINFER_MMVQ_SITES("q5_0");
@@ -264,11 +173,11 @@ bool launch_mmvq_legacy(TensorType type, const MmvqBatch& b, const Q8View& acts,
   if (b.n_seg < 1 || b.n_seg > kMmvqMaxSegments || (b.glu && (b.n_seg != 2 || b.seg[1].m != b.seg[0].m)))
     return false;
   switch (type) {
-    case TensorType::Q4_0: return launch_either<TensorType::Q4_0>(b, acts, stream, kQ4_0, kQ4_0g, persistent);
-    case TensorType::Q4_1: return launch_either<TensorType::Q4_1>(b, acts, stream, kQ4_1, kQ4_1g, persistent);
-    case TensorType::Q5_0: return launch_either<TensorType::Q5_0>(b, acts, stream, kQ5_0, kQ5_0g, persistent);
-    case TensorType::Q5_1: return launch_either<TensorType::Q5_1>(b, acts, stream, kQ5_1, kQ5_1g, persistent);
-    case TensorType::Q8_0: return launch_either<TensorType::Q8_0>(b, acts, stream, kQ8_0, kQ8_0g, persistent);
+    case TensorType::Q4_0: return launch_either<TensorType::Q4_0>(b, acts, stream, kQ4_0, kQ4_0g);
+    case TensorType::Q4_1: return launch_either<TensorType::Q4_1>(b, acts, stream, kQ4_1, kQ4_1g);
+    case TensorType::Q5_0: return launch_either<TensorType::Q5_0>(b, acts, stream, kQ5_0, kQ5_0g);
+    case TensorType::Q5_1: return launch_either<TensorType::Q5_1>(b, acts, stream, kQ5_1, kQ5_1g);
+    case TensorType::Q8_0: return launch_either<TensorType::Q8_0>(b, acts, stream, kQ8_0, kQ8_0g);
     default: return false;
   }
 }
