@@ -1,6 +1,8 @@
 // GGUF writer -> reader round trips (every value type, arrays, string arrays, tensors, custom
 // alignment), writer input checks, atomic writes, and the typed metadata getters.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <bit>
 #include <cmath>
@@ -304,6 +306,35 @@ TEST(GgufWriter, NeverTouchesOtherFilesOrNonRegularOutputs) {
   for (const auto& e : std::filesystem::directory_iterator(dir))
     temporaries += e.path().filename().string().rfind(".minfer-write-", 0) == 0;
   EXPECT_EQ(temporaries, 0u);
+}
+
+// Replacing an existing output keeps its permission bits (the rename would otherwise give a
+// 0600 private file 0644); an output this process may not write is refused like an open would
+// refuse it (root may write anything, so that half needs another user).
+TEST(GgufWriter, ReplacingAnOutputKeepsItsPermissionsAndAReadOnlyOutputIsRefused) {
+  const auto dir = test::temp_dir();
+  const auto path = (dir / "out.gguf").string();
+  GgufWriter w;
+  w.set_u32("x", 1);
+  w.add_tensor_bytes("t", TensorType::I8, std::vector<int64_t>{3}, random_bytes(3, 2));
+  { std::ofstream(path) << "old"; }
+  ASSERT_EQ(::chmod(path.c_str(), 0640), 0);
+  w.write(path);
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0640u);
+  EXPECT_GT(test::read_bytes(path).size(), 3u);
+  if (::geteuid() == 0) GTEST_SKIP() << "running as root: a read-only file is writable for root";
+  const auto ro = (dir / "ro.gguf").string();
+  { std::ofstream(ro) << "secret"; }
+  ASSERT_EQ(::chmod(ro.c_str(), 0400), 0);
+  try {
+    w.write(ro);
+    ADD_FAILURE() << "a read-only output was replaced";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ro.gguf: exists and is not writable"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(test::read_bytes(ro).size(), 6u);
 }
 
 TEST(GgufWriter, CallsOnTensorOncePerTensorInOrder) {

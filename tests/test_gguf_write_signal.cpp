@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -60,6 +61,8 @@ Ended write_and_signal(const std::filesystem::path& out, int sig, bool ignore = 
     ::close(ready[0]);
     ::close(hold[1]);
     ::alarm(60);  // never hang the test run, whatever happens
+    const rlimit no_core{0, 0};
+    ::setrlimit(RLIMIT_CORE, &no_core);  // SIGQUIT / SIGXFSZ would dump core
     if (ignore) ::signal(sig, SIG_IGN);
     int code = 0;
     try {
@@ -112,8 +115,16 @@ TEST_P(GgufWriteSignal, signal_during_write_removes_the_temporary_file_and_ends_
   EXPECT_FALSE(std::filesystem::exists(dir / "out.gguf"));
 }
 
-INSTANTIATE_TEST_SUITE_P(SigtermAndSigint, GgufWriteSignal, ::testing::Values(SIGTERM, SIGINT),
-                         [](const ::testing::TestParamInfo<int>& p) { return p.param == SIGTERM ? "SIGTERM" : "SIGINT"; });
+INSTANTIATE_TEST_SUITE_P(EndingSignals, GgufWriteSignal, ::testing::Values(SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGXFSZ),
+                         [](const ::testing::TestParamInfo<int>& p) {
+                           switch (p.param) {
+                             case SIGTERM: return std::string("SIGTERM");
+                             case SIGINT: return std::string("SIGINT");
+                             case SIGHUP: return std::string("SIGHUP");
+                             case SIGQUIT: return std::string("SIGQUIT");
+                             default: return std::string("SIGXFSZ");
+                           }
+                         });
 
 TEST(GgufWriteSignalIgnored, an_ignored_signal_stays_ignored_and_the_write_completes) {
   const std::filesystem::path dir = test::temp_dir();

@@ -7,6 +7,7 @@
 
 #include "core/log.h"
 #include "core/printable.h"
+#include "core/progress.h"
 
 namespace minfer {
 namespace {
@@ -66,6 +67,27 @@ TEST(Printable, LogLinesEscapeControlBytesFromFileData) {
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << "one line: " << err;
   EXPECT_NE(err.find("minfer: warning: in"), std::string::npos) << err;
   EXPECT_NE(err.find(".gguf: requantizing"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace minfer
+
+namespace minfer {
+namespace {
+
+// The progress bar's detail (a tensor name read from a model file) is escaped before it reaches the
+// terminal, and cut to the room left on the line without splitting a UTF-8 character.
+TEST(ProgressDetail, ControlBytesAreEscapedAndCutsKeepCharactersWhole) {
+  const std::string evil = "\x1b]0;PWN\x07\x1b[31mRED\x1b[m";
+  const std::string shown = ProgressBar::fit_detail(evil, 200);
+  EXPECT_EQ(shown.find('\x1b'), std::string::npos) << shown;
+  EXPECT_EQ(shown.find('\x07'), std::string::npos) << shown;
+  EXPECT_EQ(shown, printable(evil));
+  // "blk.\xc3\xa9" is "blk." + U+00E9 (2 bytes): 5 bytes of room must not keep half of it.
+  EXPECT_EQ(ProgressBar::fit_detail("blk.\xc3\xa9x", 5), "blk.");
+  EXPECT_EQ(ProgressBar::fit_detail("blk.\xc3\xa9x", 6), "blk.\xc3\xa9");
+  EXPECT_EQ(ProgressBar::fit_detail("abc", 0), "");
+  EXPECT_EQ(ProgressBar::fit_detail("abc", 10), "abc");
 }
 
 }  // namespace

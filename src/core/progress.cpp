@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "core/printable.h"
+
 namespace minfer {
 
 bool ProgressBar::enabled() { return isatty(STDERR_FILENO) == 1; }
@@ -27,6 +29,17 @@ void ProgressBar::set_detail(const std::string& detail) {
     detail_ = detail;
   }
   draw(false);
+}
+
+std::string ProgressBar::fit_detail(const std::string& detail, int room) {
+  std::string d = printable(detail);
+  if (room <= 0) return {};
+  if (d.size() > static_cast<size_t>(room)) {
+    size_t cut = static_cast<size_t>(room);
+    while (cut > 0 && (static_cast<unsigned char>(d[cut]) & 0xC0u) == 0x80u) --cut;  // not inside a character
+    d.resize(cut);
+  }
+  return d;
 }
 
 void ProgressBar::finish() {
@@ -55,10 +68,8 @@ void ProgressBar::draw(bool force) {
   char pct[16];
   std::snprintf(pct, sizeof pct, "] %3d%% ", static_cast<int>(frac * 100.0));
   line += pct;
-  std::string detail = detail_;
   const int room = width - static_cast<int>(line.size()) - 1;
-  if (room > 0 && static_cast<int>(detail.size()) > room) detail.resize(static_cast<size_t>(room));
-  if (room > 0) line += detail;
+  if (room > 0) line += fit_detail(detail_, room);
   line += "\x1b[K";  // clear to end of line
   std::fputs(line.c_str(), stderr);
   std::fflush(stderr);

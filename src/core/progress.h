@@ -26,6 +26,11 @@ class ProgressBar {
   /// True when stderr is a terminal (and the bar will draw).
   static bool enabled();
 
+  /// The detail text as drawn in `room` bytes (room > 0): printable() escapes control bytes and
+  /// bidi controls (details are tensor names from model files), then it is cut to at most `room`
+  /// bytes without splitting a UTF-8 character.
+  static std::string fit_detail(const std::string& detail, int room);
+
  private:
   void draw(bool force);
 

@@ -25,7 +25,9 @@ static_assert(std::atomic<int>::is_always_lock_free, "the signal handler reads t
 
 Slot g_slots[RemoveOnSignal::kMaxArmed];
 
-constexpr int kSignals[] = {SIGINT, SIGTERM};
+// Ctrl-C, kill, a closed terminal or SSH session, Ctrl-\, and a file-size limit (ulimit -f): each
+// ends the process by default without running destructors.
+constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGXFSZ};
 
 // Async-signal-safe only: atomic loads, unlink, sigaction, raise.
 void remove_armed_files(int sig) {

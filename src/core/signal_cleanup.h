@@ -1,6 +1,7 @@
-// Removing half-written temporary files when the process is ended by Ctrl-C (SIGINT) or a plain
-// kill (SIGTERM). Exceptions and normal returns are handled by the owners' destructors; these
-// two signals would otherwise end the process without running them and leave the file behind.
+// Removing half-written temporary files when the process is ended by Ctrl-C (SIGINT), a plain
+// kill (SIGTERM), a closed terminal (SIGHUP), Ctrl-\ (SIGQUIT) or a file-size limit (SIGXFSZ).
+// Exceptions and normal returns are handled by the owners' destructors; these signals would
+// otherwise end the process without running them and leave the file behind.
 #pragma once
 
 #include <cstddef>
@@ -8,8 +9,8 @@
 
 namespace minfer {
 
-/// While armed, the file at a path is removed (unlink) if the process receives SIGINT or
-/// SIGTERM; the signal then ends the process with its default action, so the exit status still
+/// While armed, the file at a path is removed (unlink) if the process receives SIGINT, SIGTERM,
+/// SIGHUP, SIGQUIT or SIGXFSZ; the signal then ends the process with its default action, so the exit status still
 /// says which signal it was (a shell shows 130 / 143).
 ///
 /// The handler is installed for a signal on the first arm() only when that signal's disposition
@@ -35,7 +36,7 @@ class RemoveOnSignal {
   RemoveOnSignal(const RemoveOnSignal&) = delete;
   RemoveOnSignal& operator=(const RemoveOnSignal&) = delete;
 
-  /// Registers `path` (copied) for removal on SIGINT / SIGTERM, replacing the path this object
+  /// Registers `path` (copied) for removal on those signals, replacing the path this object
   /// had armed. Throws minfer::Error naming the path when it is longer than kMaxPathBytes or
   /// when kMaxArmed paths are already armed.
   void arm(const std::string& path);

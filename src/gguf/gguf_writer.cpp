@@ -54,14 +54,23 @@ std::vector<uint8_t> array_header(ValueType elem, uint64_t count) {
 /// folder, O_EXCL: never an existing file, never through a symbolic link), so no other file
 /// (the input, a file that happens to be named OUT.tmp, a link target) is ever truncated or
 /// removed. An output that exists but is not a regular file (a folder, a device, a FIFO) is
-/// refused before anything is written.
+/// refused before anything is written, and so is an existing output that is not writable; an
+/// existing output's permission bits are kept.
 class TmpFile {
  public:
   explicit TmpFile(std::string final_path) : final_(std::move(final_path)) {
     MINFER_CHECK(!final_.empty(), "GGUF writer: the output path is empty");
     struct stat st {};
-    if (::stat(final_.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
-      fail("{}: exists and is not a regular file (a folder, device or pipe): not overwritten", final_);
+    if (::stat(final_.c_str(), &st) == 0) {
+      if (!S_ISREG(st.st_mode))
+        fail("{}: exists and is not a regular file (a folder, device or pipe): not overwritten", final_);
+      // Replaced by a rename, which only needs the folder writable: refuse what an open for
+      // writing would refuse, and keep the file's permissions.
+      if (::access(final_.c_str(), W_OK) != 0)
+        fail("{}: exists and is not writable ({}): not overwritten", final_, std::strerror(errno));
+      keep_mode_ = true;
+      mode_ = st.st_mode & 07777;
+    }
     const size_t slash = final_.rfind('/');
     const std::string dir = slash == std::string::npos ? std::string(".") : final_.substr(0, slash + 1);
     std::string templ = (slash == std::string::npos ? std::string() : dir) + ".minfer-write-XXXXXX";
@@ -107,10 +116,11 @@ class TmpFile {
   void commit() {
     if (std::fflush(f_) != 0 || ::fsync(::fileno(f_)) != 0)
       fail("{}: cannot flush {}: {}", final_, tmp_, std::strerror(errno));
-    // mkstemp makes the file 0600; give it the permissions a plain fopen would have (0666 & ~umask).
+    // mkstemp makes the file 0600; give it the replaced file's permissions, else those a plain
+    // fopen would give (0666 & ~umask).
     const mode_t mask = ::umask(0);
     ::umask(mask);
-    if (::fchmod(::fileno(f_), 0666 & ~mask) != 0)
+    if (::fchmod(::fileno(f_), keep_mode_ ? mode_ : (0666 & ~mask)) != 0)
       fail("{}: cannot set the permissions of {}: {}", final_, tmp_, std::strerror(errno));
     const int rc = std::fclose(f_);
     f_ = nullptr;
@@ -123,6 +133,8 @@ class TmpFile {
 
  private:
   std::string final_;
+  bool keep_mode_ = false;  ///< the output existed: its permission bits are mode_
+  mode_t mode_ = 0;
   std::string tmp_;
   std::FILE* f_ = nullptr;
   uint64_t written_ = 0;
