@@ -9,6 +9,6 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DMINFER_BUILD_TESTS=OFF
 cmake --build build -j"$(nproc)" --target minfer
 model=models/minfer-demo-py-q6_K.gguf
 if [[ $# -eq 0 ]]; then
-  set -- -p $'def fibonacci(n):\n' -n 96 --temp 0
+  set -- -p $'def fibonacci(n):\n' -n 96 --temp 0 --repeat-penalty 1.2  # greedy, without the loops a 45M model falls into
 fi
 exec build/tools/minfer/minfer run -m "$model" "$@"

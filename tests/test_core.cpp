@@ -59,6 +59,14 @@ TEST(Types, NamesRoundTrip) {
   EXPECT_FALSE(is_known_type_id(4));
 }
 
+// `minfer env` lists the table in its order, which the table's comment promises is by name.
+TEST(Env, TheTableIsSortedByNameWithoutDuplicates) {
+  const auto table = env_table();
+  ASSERT_FALSE(table.empty());
+  for (size_t i = 1; i < table.size(); ++i)
+    EXPECT_LT(std::string_view(table[i - 1].name), std::string_view(table[i].name)) << "entry " << i;
+}
+
 TEST(Env, FlagsParseStrictlyAndUnknownNamesAreErrors) {
   setenv("MINFER_NO_CUDA_GRAPH", "1", 1);
   env_reload();
