@@ -65,6 +65,27 @@ TEST(CliUsage, synth_seed_must_be_a_whole_number_from_0_to_2_pow_64_minus_1) {
   EXPECT_FALSE(std::filesystem::exists(dir / "out.gguf"));
 }
 
+// run/chat sampling seeds take the same strict form, plus -1 for a random seed; they are checked
+// before the model loads (the missing model is reported only for the valid ones).
+TEST(CliUsage, run_seed_is_a_whole_number_or_minus_1) {
+  const std::string run = "run -m " + kNoModel + " -p hi --seed ";
+  for (const char* bad : {"-5", "0x10", "+5", "1e3", "18446744073709551616", "' 5'"}) {
+    const Result r = sh(run + bad);
+    EXPECT_EQ(r.status, 1) << bad << ": " << r.out;
+    EXPECT_NE(r.out.find("--seed "), std::string::npos) << bad << ": " << r.out;
+    EXPECT_EQ(r.out.find(kNoModel), std::string::npos) << bad << ": checked after the model load? " << r.out;
+  }
+  for (const char* good : {"-1", "0", "42", "18446744073709551615"}) {
+    const Result r = sh(run + good);
+    EXPECT_EQ(r.status, 1) << good << ": " << r.out;
+    EXPECT_EQ(r.out.find("--seed"), std::string::npos) << good << ": " << r.out;
+    EXPECT_NE(r.out.find(kNoModel), std::string::npos) << good << ": " << r.out;
+  }
+  // The usage line names the program.
+  const Result h = sh("run --help");
+  EXPECT_NE(h.out.find("Usage: minfer run"), std::string::npos) << h.out;
+}
+
 TEST(CliUsage, run_options_that_only_apply_to_chat_prompts_need_chat) {
   const std::string run = "run -m " + kNoModel + " -p hi ";
   expect_one_line_error(run + "--think", "--think requires --chat");

@@ -1,9 +1,7 @@
 // `minfer synth --arch A --preset P --type T --seed N --vocab FILE -o OUT`: write a model with a
 // public model's exact shape and metadata and seeded random weights (src/convert/synth.h).
-#include <charconv>
 #include <chrono>
 #include <cstdint>
-#include <limits>
 #include <memory>
 #include <string>
 
@@ -12,6 +10,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
+#include "options.h"
 
 namespace minfer::cli {
 namespace {
@@ -22,7 +21,7 @@ struct SynthArgs {
   std::string type;
   std::string vocab;
   std::string output;
-  std::string seed = "0";  ///< as given: parsed by parse_seed (CLI11 would wrap "-5" to 2^64 - 5)
+  std::string seed = "0";  ///< as given: parse_seed_option (CLI11 would wrap "-5" to 2^64 - 5)
   int threads = 0;
   bool pure = false;
 };
@@ -34,23 +33,12 @@ std::string preset_list() {
   return s;
 }
 
-// --seed VALUE: a decimal whole number 0..2^64-1, nothing else (no sign, no hex, no spaces).
-uint64_t parse_seed(const std::string& value) {
-  const std::string range = fmt::format("a whole number from 0 to {}", std::numeric_limits<uint64_t>::max());
-  if (!value.empty() && value[0] == '-') fail("--seed {}: the seed cannot be negative; give {}", value, range);
-  uint64_t seed = 0;
-  const char* end = value.data() + value.size();
-  const auto [ptr, ec] = std::from_chars(value.data(), end, seed);
-  if (value.empty() || ec != std::errc() || ptr != end) fail("--seed {}: not a seed; give {}", value, range);
-  return seed;
-}
-
 void run(const SynthArgs& a) {
   convert::SynthOptions opt;
   opt.arch = a.arch;
   opt.preset = a.preset;
   opt.ftype = parse_file_type(a.type);
-  opt.seed = parse_seed(a.seed);
+  opt.seed = *parse_seed_option(a.seed, /*allow_random=*/false);
   (void)convert::find_synth_preset(a.arch, a.preset);  // fail fast on a bad name
   opt.vocab = a.vocab;
   opt.output = a.output;

@@ -31,7 +31,7 @@ std::optional<std::string> unknown_command_error(const CLI::App& app, std::span<
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"minfer: run GGUF language models (Qwen2/Qwen2.5/Qwen3) on CPUs and NVIDIA GPUs"};
+  CLI::App app{"minfer: run GGUF language models (Qwen2/Qwen2.5/Qwen3) on CPUs and NVIDIA GPUs", "minfer"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "minfer 0.1.0");
   minfer::cli::add_env_command(app);

@@ -1,5 +1,7 @@
 #include "options.h"
 
+#include <charconv>
+#include <limits>
 #include <random>
 
 #include "core/env.h"
@@ -42,7 +44,20 @@ void SamplingArgs::add(CLI::App* cmd) {
   cmd->add_option("--presence-penalty", presence_penalty, "presence penalty")->capture_default_str();
   cmd->add_option("--frequency-penalty", frequency_penalty, "frequency penalty")->capture_default_str();
   cmd->add_option("--repeat-last-n", repeat_last_n, "tokens the penalties look back over")->capture_default_str();
-  cmd->add_option("-s,--seed", seed, "sampling seed (-1: random)")->capture_default_str();
+  cmd->add_option("-s,--seed", seed, "sampling seed, a whole number from 0 to 2^64-1 (-1: random)")
+      ->capture_default_str();
+}
+
+std::optional<uint64_t> parse_seed_option(const std::string& value, bool allow_random) {
+  if (allow_random && value == "-1") return std::nullopt;
+  const std::string range = fmt::format("a whole number from 0 to {}{}", std::numeric_limits<uint64_t>::max(),
+                                        allow_random ? " (or -1 for a random seed)" : "");
+  if (!value.empty() && value[0] == '-') fail("--seed {}: the seed cannot be negative; give {}", value, range);
+  uint64_t seed = 0;
+  const char* end = value.data() + value.size();
+  const auto [ptr, ec] = std::from_chars(value.data(), end, seed);
+  if (value.empty() || ec != std::errc() || ptr != end) fail("--seed {}: not a seed; give {}", value, range);
+  return seed;
 }
 
 SamplerParams SamplingArgs::params() const {
@@ -55,7 +70,8 @@ SamplerParams SamplingArgs::params() const {
   p.presence_penalty = presence_penalty;
   p.frequency_penalty = frequency_penalty;
   p.penalty_last_n = repeat_last_n;
-  p.seed = seed < 0 ? std::random_device{}() : static_cast<uint64_t>(seed);
+  const std::optional<uint64_t> s = parse_seed_option(seed, /*allow_random=*/true);
+  p.seed = s ? *s : std::random_device{}();
   validate(p);
   return p;
 }

@@ -37,7 +37,7 @@ struct SamplingArgs {
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
   int32_t repeat_last_n = 64;
-  int64_t seed = -1;  ///< -1: random
+  std::string seed = "-1";  ///< as given: parse_seed_option (CLI11 would take "0x10", "+5", clamp 2^70)
 
   void add(CLI::App* cmd);
   SamplerParams params() const;
@@ -60,6 +60,11 @@ chat::ChatTemplate chat_template_for(std::optional<chat::ChatTemplate> override_
 
 /// Loads the model (one line on stderr: name, architecture, size, device) and creates its
 /// engine. Throws minfer::Error with a one-line message on any failure.
+/// --seed VALUE: a decimal whole number 0..2^64-1 and nothing else (no sign, hex, spaces or
+/// exponent). With allow_random, "-1" means "pick a random seed" (returns std::nullopt).
+/// Throws minfer::Error naming the option and the value otherwise.
+std::optional<uint64_t> parse_seed_option(const std::string& value, bool allow_random);
+
 struct LoadedModel {
   std::shared_ptr<const Model> model;
   std::unique_ptr<Engine> engine;
