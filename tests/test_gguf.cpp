@@ -302,10 +302,7 @@ TEST(GgufWriter, NeverTouchesOtherFilesOrNonRegularOutputs) {
     EXPECT_NE(std::string(e.what()).find("folder.gguf: exists and is not a regular file"), std::string::npos) << e.what();
   }
   EXPECT_TRUE(std::filesystem::is_directory(dir / "folder.gguf"));
-  size_t temporaries = 0;
-  for (const auto& e : std::filesystem::directory_iterator(dir))
-    temporaries += e.path().filename().string().rfind(".minfer-write-", 0) == 0;
-  EXPECT_EQ(temporaries, 0u);
+  EXPECT_EQ(test::write_temporaries(dir), std::vector<std::string>{});
 }
 
 // Replacing an existing output keeps its permission bits (the rename would otherwise give a

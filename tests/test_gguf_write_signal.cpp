@@ -29,13 +29,6 @@
 namespace minfer {
 namespace {
 
-std::vector<std::string> temporaries(const std::filesystem::path& dir) {
-  std::vector<std::string> found;
-  for (const auto& e : std::filesystem::directory_iterator(dir))
-    if (e.path().filename().string().rfind(".minfer-write-", 0) == 0) found.push_back(e.path().filename().string());
-  return found;
-}
-
 bool ignored_here(int sig) {
   struct sigaction old {};
   ::sigaction(sig, nullptr, &old);
@@ -89,7 +82,7 @@ Ended write_and_signal(const std::filesystem::path& out, int sig, bool ignore = 
   const bool writing = ::read(ready[0], &c, 1) == 1;
   EXPECT_TRUE(writing) << "the child did not reach the second tensor";
   if (writing) {
-    e.temporaries_seen = temporaries(out.parent_path()).size();
+    e.temporaries_seen = test::write_temporaries(out.parent_path()).size();
     ::kill(pid, sig);
   }
   ::close(hold[1]);  // lets a child that survived the signal finish its write
@@ -111,7 +104,7 @@ TEST_P(GgufWriteSignal, signal_during_write_removes_the_temporary_file_and_ends_
   if (WIFSIGNALED(e.status)) {
     EXPECT_EQ(WTERMSIG(e.status), sig) << strsignal(WTERMSIG(e.status));
   }
-  EXPECT_EQ(temporaries(dir), std::vector<std::string>{});
+  EXPECT_EQ(test::write_temporaries(dir), std::vector<std::string>{});
   EXPECT_FALSE(std::filesystem::exists(dir / "out.gguf"));
 }
 
@@ -132,7 +125,7 @@ TEST(GgufWriteSignalIgnored, an_ignored_signal_stays_ignored_and_the_write_compl
   EXPECT_EQ(e.temporaries_seen, 1u);
   ASSERT_TRUE(WIFEXITED(e.status)) << "status " << e.status;
   EXPECT_EQ(WEXITSTATUS(e.status), 0);
-  EXPECT_EQ(temporaries(dir), std::vector<std::string>{});
+  EXPECT_EQ(test::write_temporaries(dir), std::vector<std::string>{});
   EXPECT_TRUE(std::filesystem::exists(dir / "out.gguf"));
 }
 
@@ -165,7 +158,7 @@ TEST(GgufWriteSignalCli, quantize_ended_by_sigterm_leaves_no_temporary_file) {
   const test::CommandResult r = test::run_shell("MINFER_TEST_WRITE_SIGNAL=15 exec " + test::minfer_bin() +
                                                 " quantize " + in + " " + out + " --type q4_0 -t 1");
   EXPECT_EQ(r.signal, SIGTERM) << "status " << r.status << ": " << r.out;
-  EXPECT_EQ(temporaries(dir), std::vector<std::string>{});
+  EXPECT_EQ(test::write_temporaries(dir), std::vector<std::string>{});
   EXPECT_FALSE(std::filesystem::exists(out));
   // Without the hook the same command writes the file (the hook, not the input, ended it).
   const test::CommandResult ok = test::run_shell(test::minfer_bin() + " quantize " + in + " " + out + " --type q4_0 -t 1");

@@ -57,6 +57,14 @@ inline std::filesystem::path temp_dir() {
   return dir;
 }
 
+/// Names of the GGUF writer's temporary files (".minfer-write-XXXXXX", gguf_writer.cpp) in `dir`.
+inline std::vector<std::string> write_temporaries(const std::filesystem::path& dir) {
+  std::vector<std::string> found;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().filename().string().rfind(".minfer-write-", 0) == 0) found.push_back(e.path().filename().string());
+  return found;
+}
+
 }  // namespace minfer::test
 
 /// Skips the current test (GTEST_SKIP) when a file under ../shared is missing.

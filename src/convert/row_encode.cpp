@@ -1,8 +1,8 @@
 #include "convert/row_encode.h"
 
 #include <algorithm>
-#include <cmath>
 #include <atomic>
+#include <cmath>
 #include <string>
 #include <vector>
 

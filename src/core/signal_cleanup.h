@@ -10,8 +10,8 @@
 namespace minfer {
 
 /// While armed, the file at a path is removed (unlink) if the process receives SIGINT, SIGTERM,
-/// SIGHUP, SIGQUIT or SIGXFSZ; the signal then ends the process with its default action, so the exit status still
-/// says which signal it was (a shell shows 130 / 143).
+/// SIGHUP, SIGQUIT or SIGXFSZ; the signal then ends the process with its default action, so the
+/// exit status still says which signal it was (a shell shows 130 / 143 for SIGINT / SIGTERM).
 ///
 /// The handler is installed for a signal on the first arm() only when that signal's disposition
 /// is the default one: a signal the process ignores (SIG_IGN, e.g. SIGINT of a background job

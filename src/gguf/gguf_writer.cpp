@@ -49,9 +49,10 @@ std::vector<uint8_t> array_header(ValueType elem, uint64_t count) {
 }
 
 /// RAII FILE* on a new temporary file beside the output, renamed over it on commit() and
-/// removed otherwise: by the destructor, or by the SIGINT / SIGTERM handler of RemoveOnSignal
-/// when the process is killed while writing. The temporary file is created with mkstemp (a fresh name in the output's
-/// folder, O_EXCL: never an existing file, never through a symbolic link), so no other file
+/// removed otherwise: by the destructor, or by RemoveOnSignal's handler when a signal ends the
+/// process while writing (core/signal_cleanup.h). The temporary file is created with mkstemp (a
+/// fresh name in the output's folder, O_EXCL: never an existing file, never through a symbolic
+/// link), so no other file
 /// (the input, a file that happens to be named OUT.tmp, a link target) is ever truncated or
 /// removed. An output that exists but is not a regular file (a folder, a device, a FIFO) is
 /// refused before anything is written, and so is an existing output that is not writable; an
@@ -78,7 +79,7 @@ class TmpFile {
     if (fd < 0) fail("{}: cannot create a temporary file in {}: {}", final_, dir, std::strerror(errno));
     tmp_ = templ;
     try {
-      on_signal_.arm(tmp_);  // Ctrl-C or a kill removes it too (core/signal_cleanup.h)
+      on_signal_.arm(tmp_);  // a signal that ends the process removes it too
     } catch (...) {
       ::close(fd);
       ::unlink(tmp_.c_str());
@@ -118,9 +119,13 @@ class TmpFile {
       fail("{}: cannot flush {}: {}", final_, tmp_, std::strerror(errno));
     // mkstemp makes the file 0600; give it the replaced file's permissions, else those a plain
     // fopen would give (0666 & ~umask).
-    const mode_t mask = ::umask(0);
-    ::umask(mask);
-    if (::fchmod(::fileno(f_), keep_mode_ ? mode_ : (0666 & ~mask)) != 0)
+    mode_t mode = mode_;
+    if (!keep_mode_) {
+      const mode_t mask = ::umask(0);  // umask can only be read by setting it
+      ::umask(mask);
+      mode = 0666 & ~mask;
+    }
+    if (::fchmod(::fileno(f_), mode) != 0)
       fail("{}: cannot set the permissions of {}: {}", final_, tmp_, std::strerror(errno));
     const int rc = std::fclose(f_);
     f_ = nullptr;

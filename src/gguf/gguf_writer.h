@@ -2,8 +2,8 @@
 // a callback at write time, one tensor at a time, so multi-gigabyte models are written with
 // bounded memory. The output is written to a new temporary file beside it (mkstemp,
 // ".minfer-write-XXXXXX") and renamed on success, so a failed write never leaves a truncated file
-// under the final name and never touches any other existing file; SIGINT and SIGTERM during the
-// write remove the temporary file too (core/signal_cleanup.h). The layout follows the GGUF spec
+// under the final name and never touches any other existing file; a signal that ends the process
+// during the write removes the temporary file too (core/signal_cleanup.h). The layout follows the GGUF spec
 // and llama.cpp's conventions (general.alignment 32 unless set, data offsets aligned).
 #pragma once
 
@@ -70,8 +70,9 @@ class GgufWriter {
   /// writes vocab-only files). Memory: the metadata plus one buffer of the largest tensor's
   /// size. Throws minfer::Error naming the path on I/O failure; an exception from a producer
   /// propagates. In both cases the temporary file is removed and `path` is left untouched; the
-  /// same holds when SIGINT or SIGTERM ends the process during the write (RemoveOnSignal). An
-  /// existing `path` that is not a regular file (folder, device, pipe) is refused up front.
+  /// same holds when SIGINT, SIGTERM, SIGHUP, SIGQUIT or SIGXFSZ ends the process during the write
+  /// (RemoveOnSignal). An existing `path` that is not a regular file (folder, device, pipe) or
+  /// that is not writable is refused up front; a replaced file keeps its permission bits.
   void write(const std::string& path,
              const std::function<void(size_t, std::string_view, uint64_t)>& on_tensor = {}) const;
 

@@ -30,7 +30,7 @@ struct ChatArgs {
 void chat(const ChatArgs& a) {
   // Option values are checked before the (possibly multi-gigabyte) model is loaded.
   const SamplerParams sampling = a.sampling.params();
-  (void)chat_options(a.think, a.no_think);
+  const chat::ChatOptions copt = chat_options(a.think, a.no_think);
   std::optional<chat::ChatTemplate> template_override = chat_template_override(a.chat_template);
   LoadedModel lm = load_model(a.model);
   const tok::Tokenizer& tk = *lm.model->tokenizer();
@@ -40,7 +40,6 @@ void chat(const ChatArgs& a) {
   const bool interactive = isatty(STDIN_FILENO) == 1;
   const chat::ChatTemplate tmpl =
       chat_template_for(std::move(template_override), tk.chat_template(), a.model.model);
-  const chat::ChatOptions copt = chat_options(a.think, a.no_think);
   std::vector<chat::ChatMessage> msgs;
   if (!a.system.empty()) msgs.push_back({"system", a.system});
   if (interactive) std::fprintf(stderr, "minfer chat: type a message, /reset to start over, /exit to quit\n");

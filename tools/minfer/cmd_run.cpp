@@ -40,8 +40,9 @@ void run(const RunArgs& a) {
   // Option values are checked before the (possibly multi-gigabyte) model is loaded.
   const SamplerParams sampling = a.sampling.params();
   std::optional<chat::ChatTemplate> template_override;
+  chat::ChatOptions copt;
   if (a.chat) {
-    (void)chat_options(a.think, a.no_think);
+    copt = chat_options(a.think, a.no_think);
     template_override = chat_template_override(a.chat_template);
   }
   LoadedModel lm = load_model(a.model);
@@ -53,7 +54,7 @@ void run(const RunArgs& a) {
     msgs.push_back({"user", prompt});
     const chat::ChatTemplate tmpl =
         chat_template_for(std::move(template_override), tk.chat_template(), a.model.model);
-    text = tmpl.render(msgs, chat_options(a.think, a.no_think));
+    text = tmpl.render(msgs, copt);
   }
   const std::vector<int32_t> ids = tk.encode(text, /*add_special=*/true, /*parse_special=*/true);
   if (ids.empty()) fail("the prompt is empty");

@@ -43,6 +43,11 @@ struct SamplingArgs {
   SamplerParams params() const;
 };
 
+/// --seed VALUE: a decimal whole number 0..2^64-1 and nothing else (no sign, hex, spaces or
+/// exponent). With allow_random, "-1" means "pick a random seed" (returns std::nullopt).
+/// Throws minfer::Error naming the option and the value otherwise.
+std::optional<uint64_t> parse_seed_option(const std::string& value, bool allow_random);
+
 /// Chat rendering options from --think / --no-think (neither: the template's default).
 chat::ChatOptions chat_options(bool think, bool no_think);
 
@@ -58,17 +63,12 @@ std::optional<chat::ChatTemplate> chat_template_override(const std::string& over
 chat::ChatTemplate chat_template_for(std::optional<chat::ChatTemplate> override_template,
                                      std::string_view model_template, const std::string& model_path);
 
-/// Loads the model (one line on stderr: name, architecture, size, device) and creates its
-/// engine. Throws minfer::Error with a one-line message on any failure.
-/// --seed VALUE: a decimal whole number 0..2^64-1 and nothing else (no sign, hex, spaces or
-/// exponent). With allow_random, "-1" means "pick a random seed" (returns std::nullopt).
-/// Throws minfer::Error naming the option and the value otherwise.
-std::optional<uint64_t> parse_seed_option(const std::string& value, bool allow_random);
-
 struct LoadedModel {
   std::shared_ptr<const Model> model;
   std::unique_ptr<Engine> engine;
 };
+/// Loads the model (one line on stderr: name, architecture, size, device) and creates its
+/// engine. Throws minfer::Error with a one-line message on any failure.
 LoadedModel load_model(const ModelArgs& args);
 
 }  // namespace minfer::cli
