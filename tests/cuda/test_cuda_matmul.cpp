@@ -40,7 +40,7 @@ std::vector<int64_t> ks_for(TensorType type) {
     case TensorType::BF16: return {1, 999, 1024};
     case TensorType::Q4_K:
     case TensorType::Q5_K:
-    case TensorType::Q6_K: return {256, 256 * 37};
+    case TensorType::Q6_K: return {256, 256 * 37, 256 * 14};  // 14: two steps of the direct kernels
     default: return {32, 32 * 100};
   }
 }

@@ -40,14 +40,21 @@ bool latched(const char* site) {
   return true;
 }
 
-/// The K-quant MMVQ: the direct-load kernel where it applies (Q4_K/Q5_K, 16-byte aligned
-/// weights; mmvq_kquants_direct.cu), else the shared-memory staged one. MINFER_CUDA_MMVQ_STAGED=1
-/// forces the staged kernel (A/B measurements).
+/// The K-quant MMVQ: the direct-load kernels where they apply (Q4_K/Q5_K with 16-byte aligned
+/// weights, mmvq_kquants_direct.cu; Q6_K rows of up to 4096 elements, mmvq_q6k_direct.cu), else
+/// the shared-memory staged one. MINFER_CUDA_MMVQ_STAGED=1 forces the staged kernel for all three
+/// types; MINFER_CUDA_MMVQ_Q6K=0 for Q6_K only, =2 takes the direct Q6_K kernel for any row
+/// length (A/B measurements).
 bool launch_kquant(TensorType type, const mm::MmvqBatch& b, const mm::Q8KView& acts, cudaStream_t stream) {
   if (!env_flag("MINFER_CUDA_MMVQ_STAGED")) {
     bool launched = false;
-    const int kb = static_cast<int>(env_int("MINFER_CUDA_MMVQ_KB", 0));
-    const bool ok = mm::launch_mmvq_kquant_direct(type, b, acts, stream, kb, &launched);
+    bool ok = true;
+    if (type != TensorType::Q6_K) {
+      const int kb = static_cast<int>(env_int("MINFER_CUDA_MMVQ_KB", 0));
+      ok = mm::launch_mmvq_kquant_direct(type, b, acts, stream, kb, &launched);
+    } else if (const int64_t q6 = env_int("MINFER_CUDA_MMVQ_Q6K", 1); q6 != 0) {
+      ok = mm::launch_mmvq_q6k_direct(b, acts, stream, q6 == 2, &launched);
+    }
     if (launched) return ok;
   }
   return mm::launch_mmvq_kquant(type, b, acts, stream);

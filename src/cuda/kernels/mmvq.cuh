@@ -9,6 +9,9 @@
 //                   at a time; the term of super-block t is shuffled to lane t % 32.
 //   mmvq_kquants_direct.cu Q4_K Q5_K with 16-byte aligned weights: two rows per warp, 4 lanes
 //                   per super-block, loads straight into registers (no stage).
+//   mmvq_q6k_direct.cu Q6_K rows of up to 4096 elements: the same split as the direct Q4_K/Q5_K
+//                   kernel; its 210-byte blocks are 2-byte aligned, so each lane loads the
+//                   aligned words around its bytes and shifts them into place.
 //   mmvq_float.cu   F32 F16 BF16: 4 (2-byte types) or 8 (F32) lanes per row, each owning 8 or 4
 //                   virtual lanes, so 16-byte loads need no data exchange.
 // Quantized weights are streamed with 16-byte loads of aligned words into a per-warp shared
@@ -91,6 +94,16 @@ bool launch_mmvq_kquant(TensorType type, const MmvqBatch& b, const Q8KView& acts
 /// kb: 2 = 16 super-blocks per warp and step, else 8 (a tuning knob).
 bool launch_mmvq_kquant_direct(TensorType type, const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream,
                                int kb, bool* launched);
+/// The direct-load Q6_K MMVQ (mmvq_q6k_direct.cu): any 2-byte aligned weights (acts.qs 16-byte,
+/// acts.bsums 4-byte aligned), rows of up to kQ6DirectMaxK elements unless any_length. Sets
+/// *launched to false (and returns true) when it does not apply, so the caller falls back to
+/// launch_mmvq_kquant; otherwise returns the launch's result. Same results, bit for bit, as
+/// launch_mmvq_kquant.
+bool launch_mmvq_q6k_direct(const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, bool any_length,
+                            bool* launched);
+/// The longest Q6_K row (elements) the direct kernel takes by default: 16 super-blocks, two steps
+/// of one warp (measured: docs/perf/2026-11-30-mmvq-q6k-direct.md).
+inline constexpr int64_t kQ6DirectMaxK = 16 * 256;
 /// F32: `acts` is x (f32, token column t at x + t * k); F16/BF16: the converted plane
 /// (uint16, column t at acts + t * act_stride).
 bool launch_mmvq_float(TensorType type, const MmvqArgs& a, const void* acts, int64_t act_stride,

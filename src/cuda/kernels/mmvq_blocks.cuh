@@ -402,6 +402,106 @@ MM_HD float kquarter_term(uint32_t hd_x, float da, int isum, int msum) {
   return fsub(fmul(fmul(d, da), i2f(isum)), fmul(fmul(dmin, da), i2f(msum)));
 }
 
+// ---- Q6_K quarters (the direct-load MMVQ, mmvq_q6k_direct.cu) -----------------------------------
+
+/// Quarter q (0..3) of a Q6_K super-block: half hh = q / 2 and, for l = 0..31, the elements of
+/// quadrants sub = q % 2 (lo) and sub + 2 (hi) of that half. Layout (blocks.h block_q6_K,
+/// ggml-common.h; the order of dequantize_row_q6_K): element 128 hh + 32 quad + l has its low 4
+/// bits in ql[64 hh + 32 (quad % 2) + l] (low nibble for quad < 2, high nibble otherwise), its
+/// top 2 bits in qh[32 hh + l] >> 2 quad, and the scale scales[8 hh + 2 quad + l / 16]; its value
+/// is d * scale * (q - 32). So the quarter reads the 32 ql bytes 32 q .. 32 q + 31, the 32 qh
+/// bytes 32 hh .. 32 hh + 31 and four scales.
+struct Q6QuarterW {
+  uint32_t lo[8];  ///< elements 128 hh + 32 sub + 4 i .. + 3 as bytes q = 0..63 (value q - 32)
+  uint32_t hi[8];  ///< elements 128 hh + 64 + 32 sub + 4 i .. + 3, same
+  int sc[4];       ///< scales of lo l < 16, lo l >= 16, hi l < 16, hi l >= 16
+  uint16_t d;      ///< the super-block's d (half bits)
+};
+
+/// Quarter q of the Q6_K super-block whose first byte is at byte offset o (even, 0..14) of the
+/// aligned 16-byte words: l = words 2q .. 2q + 2 of the block's span (ql bytes 32 q ..), h = words
+/// 8 + 2 hh .. 10 + 2 hh (qh bytes 32 hh ..), s = words 12, 13 (scales, d). A block of 210 bytes
+/// at offset o spans 14 such words; the words are counted from the one holding its first byte.
+MM_HD Q6QuarterW q6k_quarter_decode(const uint4 (&l)[3], const uint4 (&h)[3], const uint4 (&s)[2], int o,
+                                    int q) {
+  const uint32_t lv[12] = {l[0].x, l[0].y, l[0].z, l[0].w, l[1].x, l[1].y,
+                           l[1].z, l[1].w, l[2].x, l[2].y, l[2].z, l[2].w};
+  const uint32_t hv[12] = {h[0].x, h[0].y, h[0].z, h[0].w, h[1].x, h[1].y,
+                           h[1].z, h[1].w, h[2].x, h[2].y, h[2].z, h[2].w};
+  const uint32_t sv[8] = {s[0].x, s[0].y, s[0].z, s[0].w, s[1].x, s[1].y, s[1].z, s[1].w};
+  uint32_t ql[8], qh[8], hd[5];
+  extract_words(lv, o, ql);
+  extract_words(hv, o, qh);
+  extract_words(sv, o, hd);  // scales[0..15] in hd[0..3], d in the low half of hd[4]
+  const int sub = q & 1, hh = q >> 1;
+  Q6QuarterW w;
+MM_UNROLL
+  for (int i = 0; i < 8; ++i) {
+    w.lo[i] = (ql[i] & 0x0F0F0F0Fu) | (((qh[i] >> (2 * sub)) & 0x03030303u) << 4);
+    w.hi[i] = ((ql[i] >> 4) & 0x0F0F0F0Fu) | (((qh[i] >> (2 * sub + 4)) & 0x03030303u) << 4);
+  }
+  // scales[8 hh + 2 sub + {0, 1}] (lo) and scales[8 hh + 4 + 2 sub + {0, 1}] (hi).
+  const uint32_t sa = (hh ? hd[2] : hd[0]) >> (16 * sub), sb = (hh ? hd[3] : hd[1]) >> (16 * sub);
+  w.sc[0] = static_cast<int8_t>(sa & 0xFFu);
+  w.sc[1] = static_cast<int8_t>((sa >> 8) & 0xFFu);
+  w.sc[2] = static_cast<int8_t>(sb & 0xFFu);
+  w.sc[3] = static_cast<int8_t>((sb >> 8) & 0xFFu);
+  w.d = static_cast<uint16_t>(hd[4] & 0xFFFFu);
+  return w;
+}
+
+/// The activations a Q6_K quarter q multiplies, for super-block t and token column col: a[0], a[1]
+/// the lo quadrant's 32 values, a[2], a[3] the hi quadrant's, b_lo / b_hi the two 16-element sums
+/// (bsums) of each, as packed int16 pairs.
+struct Q6QuarterA {
+  int4 a[4];
+  int b_lo;
+  int b_hi;
+};
+
+MM_HD Q6QuarterA q6k_quarter_acts(const Q8KView& a, int col, int64_t t, int q) {
+  const int hh = q >> 1, sub = q & 1;
+  const int8_t* aq = a.qs + col * a.k + t * 256 + 128 * hh + 32 * sub;
+  Q6QuarterA r;
+  r.a[0] = ldg(reinterpret_cast<const int4*>(aq));
+  r.a[1] = ldg(reinterpret_cast<const int4*>(aq + 16));
+  r.a[2] = ldg(reinterpret_cast<const int4*>(aq + 64));
+  r.a[3] = ldg(reinterpret_cast<const int4*>(aq + 80));
+  const int16_t* bs = a.bsums + (col * a.nb + t) * 16 + 8 * hh + 2 * sub;
+  r.b_lo = ldg(reinterpret_cast<const int*>(bs));
+  r.b_hi = ldg(reinterpret_cast<const int*>(bs + 4));
+  return r;
+}
+
+/// Quarter w's exact share of the contract's isum = sum_g sc_g * sum_l (q - 32) * a (quant_ref.h):
+/// per 16-element group sc * (sum q * a - 32 * bsum); the four quarters' shares add up to it.
+MM_HD int q6k_quarter_isum(const Q6QuarterW& w, const Q6QuarterA& a) {
+  int s[4];
+MM_UNROLL
+  for (int h = 0; h < 2; ++h) {
+    const uint32_t* v = h == 0 ? w.lo : w.hi;
+    const int4& a0 = a.a[2 * h];
+    const int4& a1 = a.a[2 * h + 1];
+    int s0 = dp4a(v[0], static_cast<uint32_t>(a0.x), 0);
+    s0 = dp4a(v[1], static_cast<uint32_t>(a0.y), s0);
+    s0 = dp4a(v[2], static_cast<uint32_t>(a0.z), s0);
+    s0 = dp4a(v[3], static_cast<uint32_t>(a0.w), s0);
+    int s1 = dp4a(v[4], static_cast<uint32_t>(a1.x), 0);
+    s1 = dp4a(v[5], static_cast<uint32_t>(a1.y), s1);
+    s1 = dp4a(v[6], static_cast<uint32_t>(a1.z), s1);
+    s1 = dp4a(v[7], static_cast<uint32_t>(a1.w), s1);
+    const int b = h == 0 ? a.b_lo : a.b_hi;
+    s[2 * h] = s0 - 32 * static_cast<int16_t>(b & 0xFFFF);
+    s[2 * h + 1] = s1 - 32 * (b >> 16);
+  }
+  return w.sc[0] * s[0] + w.sc[1] * s[1] + w.sc[2] * s[2] + w.sc[3] * s[3];
+}
+
+/// The Q6_K super-block's term (d * da) * float(isum) (kquant_term's formula and order).
+MM_HD float q6k_quarter_term(uint16_t d, float da, int isum) {
+  return fmul(fmul(half_to_float(d), da), i2f(isum));
+}
+
 /// The super-block's term from the exact totals: Q4_K/Q5_K (d * da) * float(isum) -
 /// (dmin * da) * float(msum); Q6_K (d * da) * float(isum).
 template <TensorType kType>

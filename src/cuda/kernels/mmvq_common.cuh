@@ -213,6 +213,25 @@ MM_HD uint2 sm_u32x2(const uint8_t* buf, int off) {
   return make_uint2(funnel_r(w[0], w[1], s), funnel_r(w[1], w[2], s));
 }
 
+/// out[i] = the little-endian word at byte offset o + 4 i of the words v (o even, 0..14; words
+/// past the end of v read as 0), without run-time register indexing (which would go through local
+/// memory): two select stages shift by o / 4 words, then a funnel shift by (o % 4) * 8 bits.
+/// The direct-load MMVQ of 2-byte aligned blocks (mmvq_q6k_direct.cu) loads the aligned 16-byte
+/// words around a run of bytes and extracts the run with this.
+template <int NIN, int NOUT>
+MM_HD void extract_words(const uint32_t (&v)[NIN], int o, uint32_t (&out)[NOUT]) {
+  uint32_t a[NOUT + 1];
+MM_UNROLL
+  for (int i = 0; i < NOUT + 1; ++i) {
+    const uint32_t x0 = i < NIN ? v[i] : 0u, x2 = i + 2 < NIN ? v[i + 2] : 0u;
+    const uint32_t x1 = i + 1 < NIN ? v[i + 1] : 0u, x3 = i + 3 < NIN ? v[i + 3] : 0u;
+    // a[i] = v[i + o / 4]
+    a[i] = (o & 8) ? ((o & 4) ? x3 : x2) : ((o & 4) ? x1 : x0);
+  }
+MM_UNROLL
+  for (int i = 0; i < NOUT; ++i) out[i] = funnel_r(a[i], a[i + 1], (o & 2) * 8);
+}
+
 // ---- global loads -----------------------------------------------------------------------------
 
 /// 16 bytes of weights (16-aligned address), read once: not kept in L1 so the activations,

@@ -1,6 +1,6 @@
 // Host emulation of the quantized MMVQ kernels (design: mmvq_emulate.cuh). The loops below
-// mirror mmvq_legacy_kernel and mmvq_kquant_kernel lane by lane; the per-block arithmetic is
-// the kernels' own (mmvq_blocks.cuh).
+// mirror mmvq_legacy_kernel, mmvq_kquant_kernel and the direct-load kernels lane by lane; the
+// per-block arithmetic is the kernels' own (mmvq_blocks.cuh).
 #include "cuda/kernels/mmvq_emulate.cuh"
 
 #include <algorithm>
@@ -211,6 +211,84 @@ bool emulate_kquant_direct(const uint8_t* w, int64_t k, int64_t m, const Q8KView
   return true;
 }
 
+/// The 16-byte aligned word at address a with bytes outside the tensor [lo, hi) read as 0 (the
+/// kernel's load_word_clamped).
+uint4 load_word_clamped_host(uint64_t a, uint64_t lo, uint64_t hi) {
+  uint8_t bytes[16] = {};
+  for (int i = 0; i < 16; ++i)
+    if (a + i >= lo && a + i < hi) bytes[i] = *reinterpret_cast<const uint8_t*>(a + i);
+  uint4 r;
+  std::memcpy(&r, bytes, 16);
+  return r;
+}
+
+/// mmvq_q6k_direct_kernel lane by lane: per step of 8 super-blocks, lane 4g + q loads the aligned
+/// words around quarter q of super-block 8 step + g (clamped to the row's last one), decodes them
+/// with the kernel's q6k_quarter_decode, the four shares are exchanged as the xor-shuffles do, and
+/// lane l adds the term of lane 4 (l % 8) in its step when the super-block exists.
+bool emulate_q6k_direct(const uint8_t* w, int64_t k, int64_t m, const Q8KView& a, int n, float* y,
+                        int64_t ldy) {
+  constexpr int kBytes = 210;
+  const int64_t nb = k / 256;
+  const uint64_t lo = reinterpret_cast<uint64_t>(w), hi = lo + static_cast<uint64_t>(m * nb * kBytes);
+  for (int64_t row = 0; row < m; ++row) {
+    float acc[32][8] = {};
+    const uint64_t rw = lo + static_cast<uint64_t>(row * nb * kBytes);
+    for (int64_t step = 0; 8 * step < nb; ++step) {
+      int isum[32][8];
+      uint16_t d[32];
+      int64_t tl[32];
+      for (int lane = 0; lane < 32; ++lane) {
+        const int q = lane & 3, g = lane >> 2;
+        const int64_t t = 8 * step + g < nb ? 8 * step + g : nb - 1;
+        tl[lane] = t;
+        const uint64_t blk = rw + static_cast<uint64_t>(t * kBytes);
+        const uint64_t base = blk & ~uint64_t{15};
+        uint4 l[3], h[3], sw[2];
+        for (int i = 0; i < 3; ++i) {
+          l[i] = load_word_clamped_host(base + 32 * q + 16 * i, lo, hi);
+          h[i] = load_word_clamped_host(base + 128 + 32 * (q >> 1) + 16 * i, lo, hi);
+        }
+        sw[0] = load_word_clamped_host(base + 192, lo, hi);
+        sw[1] = load_word_clamped_host(base + 208, lo, hi);
+        const Q6QuarterW wq = q6k_quarter_decode(l, h, sw, static_cast<int>(blk - base), q);
+        d[lane] = wq.d;
+        for (int c = 0; c < n; ++c) isum[lane][c] = q6k_quarter_isum(wq, q6k_quarter_acts(a, c, t, q));
+      }
+      for (int c = 0; c < n; ++c) {
+        int v1[32], v2[32];
+        for (int lane = 0; lane < 32; ++lane) v1[lane] = isum[lane][c] + isum[lane ^ 1][c];
+        for (int lane = 0; lane < 32; ++lane) v2[lane] = v1[lane] + v1[lane ^ 2];
+        for (int lane = 0; lane < 32; ++lane) {
+          const int src = 4 * (lane & 7);
+          if ((step & 3) != (lane >> 3) || 8 * step + (lane & 7) >= nb) continue;
+          const float term = q6k_quarter_term(d[src], ldg(a.d + c * a.nb + tl[src]), v2[src]);
+          acc[lane][c] = fadd(acc[lane][c], term);
+        }
+      }
+    }
+    for (int c = 0; c < n; ++c) {
+      float v[32];
+      for (int l = 0; l < 32; ++l) v[l] = acc[l][c];
+      y[row + c * ldy] = fold(v);
+    }
+  }
+  return true;
+}
+
+/// The direct Q6_K kernel as on the device, checked against the staged one (mmvq_kquant_kernel):
+/// both must give the same bits, else false.
+bool emulate_q6k(const uint8_t* w, int64_t k, int64_t m, const Q8KView& a, int n, float* y, int64_t ldy) {
+  std::vector<float> y2(static_cast<size_t>(ldy * n), 0.0f);
+  if (!emulate_q6k_direct(w, k, m, a, n, y, ldy) ||
+      !emulate_kquant<TensorType::Q6_K>(w, k, m, a, n, y2.data(), ldy))
+    return false;
+  for (int c = 0; c < n; ++c)
+    for (int64_t j = 0; j < m; ++j)
+      if (f2u(y[j + c * ldy]) != f2u(y2[static_cast<size_t>(j + c * ldy)])) return false;
+  return true;
+}
+
 }  // namespace
 
 bool host_activations_from_blocks(TensorType type, const void* blocks, int64_t k, int64_t n,
@@ -282,7 +360,7 @@ bool emulate_mmvq(TensorType type, const void* w, int64_t k, int64_t m, const vo
       case TensorType::Q5_K:
         return aligned16 ? emulate_kquant_direct<TensorType::Q5_K>(wb, k, m, a, nn, y, ldy)
                          : emulate_kquant<TensorType::Q5_K>(wb, k, m, a, nn, y, ldy);
-      case TensorType::Q6_K: return emulate_kquant<TensorType::Q6_K>(wb, k, m, a, nn, y, ldy);
+      case TensorType::Q6_K: return emulate_q6k(wb, k, m, a, nn, y, ldy);
       default: return false;
     }
   }
