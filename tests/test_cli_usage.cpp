@@ -114,6 +114,27 @@ TEST(CliUsage, unknown_command_is_named_with_the_list_of_commands) {
   EXPECT_NE(env.out.find("MINFER_LOG"), std::string::npos) << env.out;
 }
 
+TEST(CliUsage, an_option_before_the_command_is_named) {
+  expect_one_line_error("-x run -m " + kNoModel, "unknown option '-x' before the command (usage: minfer COMMAND");
+  expect_one_line_error("-- run -m " + kNoModel, "unknown option '--' before the command");
+  expect_one_line_error("-x", "unknown option '-x' before the command");
+  const Result help = sh("--help");
+  EXPECT_EQ(help.status, 0) << help.out;
+  EXPECT_NE(help.out.find("run"), std::string::npos) << help.out;
+}
+
+TEST(CliUsage, run_checks_its_options_before_reading_the_prompt_from_stdin) {
+  // stdin is a FIFO opened read-write, so it never reaches EOF: reading it first would hang until
+  // the 60 s timeout (status 124) instead of refusing the options at once.
+  const std::filesystem::path dir = test::temp_dir();
+  const std::string fifo = (dir / "stdin.fifo").string();
+  ASSERT_EQ(test::run_shell("mkfifo " + fifo).status, 0);
+  const std::string run = "run -m " + kNoModel + " -p - ";
+  expect_one_line_error(run + "--chat --chat-template " + (dir / "missing.jinja").string() + " <> " + fifo,
+                        "--chat-template ");
+  expect_one_line_error(run + "--seed abc <> " + fifo, "--seed abc: ");
+}
+
 TEST(CliUsage, bidi_controls_in_an_echoed_argument_are_escaped) {
   // $(printf ...) puts U+202E (RIGHT-TO-LEFT OVERRIDE, UTF-8 e2 80 ae) into the argument.
   const std::string rlo = "\"$(printf 'x\\342\\200\\256y')\"";

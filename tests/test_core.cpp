@@ -83,6 +83,23 @@ TEST(Env, FlagsParseStrictlyAndUnknownNamesAreErrors) {
   EXPECT_THROW(env_string("MINFER_NOT_A_VARIABLE"), Error);
 }
 
+TEST(ThreadPool, DefaultThreadCountRefusesANegativeMinferThreads) {
+  setenv("MINFER_THREADS", "-1", 1);
+  env_reload();
+  try {
+    default_thread_count();
+    ADD_FAILURE() << "MINFER_THREADS=-1 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("MINFER_THREADS=-1"), std::string::npos) << e.what();
+  }
+  setenv("MINFER_THREADS", "3", 1);
+  env_reload();
+  EXPECT_EQ(default_thread_count(), 3);
+  unsetenv("MINFER_THREADS");
+  env_reload();
+  EXPECT_GE(default_thread_count(), 1);
+}
+
 TEST(ThreadPool, ParallelForCoversEveryIndexOnceAndPropagatesErrors) {
   ThreadPool pool(4);
   for (int64_t n : {1, 3, 4, 5, 1000}) {

@@ -61,7 +61,9 @@ class ThreadPool {
   std::exception_ptr error_;
 };
 
-/// Default thread count: MINFER_THREADS if set, else the number of online cores.
+/// Default thread count: MINFER_THREADS if set (at most 1024), else the number of online cores.
+/// Throws minfer::Error naming MINFER_THREADS and its value when it is negative or not a
+/// base-10 integer.
 int default_thread_count();
 
 /// The thread count a command uses for a user's request `requested` given with `option` (e.g.

@@ -31,19 +31,20 @@ struct RunArgs {
 };
 
 void run(const RunArgs& a) {
-  std::string prompt = a.prompt;
-  if (!a.file.empty()) {
-    prompt = read_file_bytes(a.file, "prompt file");
-  } else if (prompt == "-") {
-    prompt.assign(std::istreambuf_iterator<char>(std::cin), {});
-  }
-  // Option values are checked before the (possibly multi-gigabyte) model is loaded.
+  // Option values are checked before the prompt is read from stdin (which may wait for EOF) and
+  // before the (possibly multi-gigabyte) model is loaded.
   const SamplerParams sampling = a.sampling.params();
   std::optional<chat::ChatTemplate> template_override;
   chat::ChatOptions copt;
   if (a.chat) {
     copt = chat_options(a.think, a.no_think);
     template_override = chat_template_override(a.chat_template);
+  }
+  std::string prompt = a.prompt;
+  if (!a.file.empty()) {
+    prompt = read_file_bytes(a.file, "prompt file");
+  } else if (prompt == "-") {
+    prompt.assign(std::istreambuf_iterator<char>(std::cin), {});
   }
   LoadedModel lm = load_model(a.model);
   const tok::Tokenizer& tk = *lm.model->tokenizer();

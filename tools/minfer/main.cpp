@@ -16,15 +16,21 @@ namespace {
 // CLI11 reports a command it does not know as "A subcommand is required". When the first
 // argument that is not an option (the app itself has only flags, so that is the command) names
 // no registered command, returns the error line that names it and lists the commands.
+// An option before the command other than the app's own (--help, --version), '--' included,
+// likewise gets a line that names it rather than CLI11's "A subcommand is required".
 std::optional<std::string> unknown_command_error(const CLI::App& app, std::span<const std::string> args) {
-  const auto command =
-      std::find_if(args.begin(), args.end(), [](const std::string& a) { return a.empty() || a[0] != '-'; });
-  if (command == args.end()) return std::nullopt;
   const std::vector<const CLI::App*> subs = app.get_subcommands([](const CLI::App*) { return true; });
-  if (std::any_of(subs.begin(), subs.end(), [&](const CLI::App* s) { return s->check_name(*command); }))
-    return std::nullopt;
   std::string names;
   for (const CLI::App* s : subs) names += (names.empty() ? "" : ", ") + s->get_name();
+  const auto command =
+      std::find_if(args.begin(), args.end(), [](const std::string& a) { return a.empty() || a[0] != '-'; });
+  for (auto a = args.begin(); a != command; ++a)
+    if (*a != "-h" && *a != "--help" && *a != "--version")
+      return "unknown option '" + minfer::printable(*a) + "' before the command (usage: minfer COMMAND [OPTIONS]; commands: " +
+             names + ")";
+  if (command == args.end()) return std::nullopt;
+  if (std::any_of(subs.begin(), subs.end(), [&](const CLI::App* s) { return s->check_name(*command); }))
+    return std::nullopt;
   return "unknown command '" + minfer::printable(*command) + "' (commands: " + names + ")";
 }
 
