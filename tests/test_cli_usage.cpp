@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <string>
+#include <utility>
 
 #include "cli_test_util.h"
 #include "test_util.h"
@@ -133,6 +134,27 @@ TEST(CliUsage, run_checks_its_options_before_reading_the_prompt_from_stdin) {
   expect_one_line_error(run + "--chat --chat-template " + (dir / "missing.jinja").string() + " <> " + fifo,
                         "--chat-template ");
   expect_one_line_error(run + "--seed abc <> " + fifo, "--seed abc: ");
+}
+
+TEST(CliUsage, a_malformed_environment_variable_is_refused_when_the_command_starts) {
+  // Without the start-up check these were read only at their first use: the CUDA ones at the first
+  // matmul (or never, on the CPU), MINFER_THREADS when the first thread pool is made.
+  const auto with_env = [](const std::string& var, const std::string& args) {
+    return test::run_shell(var + " timeout 60 " + test::minfer_bin() + " " + args);
+  };
+  for (const auto& [var, message] :
+       {std::pair<std::string, std::string>{"MINFER_NO_MMQ=maybe", "MINFER_NO_MMQ=maybe is not a boolean"},
+        {"MINFER_CUDA_MMVQ_Q6K=direct", "MINFER_CUDA_MMVQ_Q6K=direct is not an integer"},
+        {"MINFER_THREADS=4x", "MINFER_THREADS=4x is not an integer"}}) {
+    const Result r = with_env(var, "run -m " + kNoModel + " -p hi");
+    EXPECT_EQ(r.status, 1) << var << "\n" << r.out;
+    EXPECT_EQ(r.out.rfind("minfer: error: environment variable " + message, 0), 0u) << var << "\n" << r.out;
+    EXPECT_EQ(lines(r.out), 1u) << var << "\n" << r.out;
+  }
+  // `minfer env` still lists the variables as they are set.
+  const Result env = with_env("MINFER_NO_MMQ=maybe", "env");
+  EXPECT_EQ(env.status, 0) << env.out;
+  EXPECT_NE(env.out.find("maybe"), std::string::npos) << env.out;
 }
 
 TEST(CliUsage, bidi_controls_in_an_echoed_argument_are_escaped) {

@@ -83,6 +83,27 @@ TEST(Env, FlagsParseStrictlyAndUnknownNamesAreErrors) {
   EXPECT_THROW(env_string("MINFER_NOT_A_VARIABLE"), Error);
 }
 
+TEST(Env, CheckParsesEverySetVariableByItsKind) {
+  setenv("MINFER_CUDA_MMQ_TILE", "wide", 1);
+  env_reload();
+  EXPECT_THROW(env_check(), Error);
+  setenv("MINFER_CUDA_MMQ_TILE", "64", 1);
+  setenv("MINFER_CUDA_PROFILE", "sometimes", 1);
+  env_reload();
+  EXPECT_THROW(env_check(), Error);
+  setenv("MINFER_CUDA_PROFILE", "on", 1);
+  setenv("MINFER_CUDA_FAIL_LAUNCH", "any text at all", 1);  // free text: not parsed
+  env_reload();
+  EXPECT_NO_THROW(env_check());
+  unsetenv("MINFER_CUDA_MMQ_TILE");
+  unsetenv("MINFER_CUDA_PROFILE");
+  unsetenv("MINFER_CUDA_FAIL_LAUNCH");
+  env_reload();
+  // A gate read with the accessor of another kind is an internal error.
+  EXPECT_THROW(env_int("MINFER_NO_MMQ", 0), Error);
+  EXPECT_THROW(env_flag("MINFER_THREADS"), Error);
+}
+
 TEST(ThreadPool, DefaultThreadCountRefusesANegativeMinferThreads) {
   setenv("MINFER_THREADS", "-1", 1);
   env_reload();

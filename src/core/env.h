@@ -11,11 +11,16 @@
 
 namespace minfer {
 
+/// How a variable's value is read: env_flag, env_int, or env_string (free text, or a choice
+/// the reader checks).
+enum class EnvKind { Flag, Int, Text };
+
 /// One row of the table.
 struct EnvVar {
   const char* name;           ///< e.g. "MINFER_NO_CUDA_GRAPH"
   const char* default_value;  ///< value used when the variable is unset ("" = unset)
   const char* meaning;        ///< one line for `minfer env` and the README
+  EnvKind kind;               ///< the accessor that reads it (env_flag / env_int check it)
 };
 
 /// Every MINFER_* variable the project reads (src/core/env.cpp holds the rows).
@@ -32,6 +37,12 @@ bool env_flag(std::string_view name);
 /// Integer gate; "" gives `fallback`. A value that is not a base-10 integer throws
 /// minfer::Error naming the variable and the value.
 int64_t env_int(std::string_view name, int64_t fallback);
+
+/// Parses every variable of the table that is set, by its kind, so that a malformed value is
+/// refused when a command starts rather than at its first use (which may be deep inside a run,
+/// e.g. at the first CUDA matmul). Throws minfer::Error naming the first malformed variable and
+/// its value, as env_flag / env_int would.
+void env_check();
 
 /// Forgets the cached values so the next read sees the current environment (tests only).
 void env_reload();

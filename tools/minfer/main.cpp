@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/printable.h"
 
@@ -60,9 +61,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "minfer: error: %s\n", e->c_str());
     return 1;
   }
+  // Every MINFER_* variable that is set is parsed now, so a malformed one is refused before any
+  // work (`minfer env` lists them as they are).
+  const auto command =
+      std::find_if(args.begin() + 1, args.end(), [](const std::string& a) { return a.empty() || a[0] != '-'; });
+  const bool env_command = command != args.end() && *command == "env";
   args.erase(args.begin());                 // CLI11 wants the arguments without the program name,
   std::reverse(args.begin(), args.end());  // in reverse order
   try {
+    if (!env_command) minfer::env_check();
     app.parse(args);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);  // --help: the usage text, exit 0
