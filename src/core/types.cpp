@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <ostream>
 #include <string>
 
 namespace minfer {
@@ -63,5 +64,7 @@ bool is_known_type_id(uint32_t v) {
   return std::any_of(kNames.begin(), kNames.end(),
                      [v](const TypeName& n) { return static_cast<uint32_t>(n.type) == v; });
 }
+
+std::ostream& operator<<(std::ostream& os, TensorType t) { return os << type_name(t); }
 
 }  // namespace minfer

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <iosfwd>
 #include <optional>
 #include <string_view>
 
@@ -50,6 +51,10 @@ enum class TensorType : uint32_t {
 
 /// ggml's name for a type ("f32", "q4_K", ...), or "type#N" for a value ggml never defined.
 std::string_view type_name(TensorType t);
+
+/// Writes type_name(t) (test output and logs: GoogleTest prints parameters with it instead of
+/// their raw bytes).
+std::ostream& operator<<(std::ostream& os, TensorType t);
 
 /// Parses a ggml type name, case-insensitively ("Q4_K", "q4_k", "bf16"). nullopt when unknown.
 std::optional<TensorType> parse_type_name(std::string_view name);
