@@ -8,6 +8,14 @@
 #include "cuda/kernels/mmvq.cuh"
 #include "cuda/kernels/mmvq_common.cuh"
 
+/// The launch-site names of one MMVQ kernel family for n = 1..8 token columns, indexed by n - 1
+/// ("mmvq_q4_K_n1" ...): what a failed launch reports and MINFER_CUDA_FAIL_LAUNCH matches.
+#define MINFER_MMVQ_SITES(name)                                                        \
+  {                                                                                    \
+    "mmvq_" name "_n1", "mmvq_" name "_n2", "mmvq_" name "_n3", "mmvq_" name "_n4",    \
+        "mmvq_" name "_n5", "mmvq_" name "_n6", "mmvq_" name "_n7", "mmvq_" name "_n8" \
+  }
+
 namespace minfer::cuda::mm {
 
 /// The segment of one warp's row, its fields read with constant indices (a kernel parameter

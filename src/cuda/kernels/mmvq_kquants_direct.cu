@@ -191,12 +191,6 @@ __global__ void __launch_bounds__(kMmvqWarps * 32, N <= 2 ? 3 : 2)
   }
 }
 
-#define MINFER_MMVQ_SITES(name)                                                        \
-  {                                                                                    \
-    "mmvq_" name "_n1", "mmvq_" name "_n2", "mmvq_" name "_n3", "mmvq_" name "_n4",    \
-        "mmvq_" name "_n5", "mmvq_" name "_n6", "mmvq_" name "_n7", "mmvq_" name "_n8" \
-  }
-
 template <TensorType kType, int N, bool kGlu, int KB>
 bool launch_n(const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, const char* site) {
   const int64_t pairs = kGlu ? b.seg[0].m : (batch_rows(b) + 1) / 2;

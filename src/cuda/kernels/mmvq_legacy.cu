@@ -122,12 +122,6 @@ __global__ void __launch_bounds__(kMmvqWarps * 32, kGlu ? 4 : (N <= 4 ? 8 : 6))
   if (lane == 0) store_row(s, acc[0]);
 }
 
-#define MINFER_MMVQ_SITES(name)                                                        \
-  {                                                                                    \
-    "mmvq_" name "_n1", "mmvq_" name "_n2", "mmvq_" name "_n3", "mmvq_" name "_n4",    \
-        "mmvq_" name "_n5", "mmvq_" name "_n6", "mmvq_" name "_n7", "mmvq_" name "_n8" \
-  }
-
 template <TensorType kType, bool kGlu>
 bool launch_type(const MmvqBatch& b, const Q8View& acts, cudaStream_t stream, const char* const* sites) {
   const dim3 block(kMmvqWarps * 32);
