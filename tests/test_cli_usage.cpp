@@ -157,6 +157,12 @@ TEST(CliUsage, a_malformed_environment_variable_is_refused_when_the_command_star
   EXPECT_NE(env.out.find("maybe"), std::string::npos) << env.out;
 }
 
+TEST(CliUsage, a_usage_error_points_to_the_commands_own_help) {
+  expect_one_line_error("run -p hi", "(see 'minfer run --help')");
+  expect_one_line_error("bench -m " + kNoModel + " --bogus", "(see 'minfer bench --help')");
+  expect_one_line_error("", "(see 'minfer --help')");  // no command at all
+}
+
 TEST(CliUsage, bidi_controls_in_an_echoed_argument_are_escaped) {
   // $(printf ...) puts U+202E (RIGHT-TO-LEFT OVERRIDE, UTF-8 e2 80 ae) into the argument.
   const std::string rlo = "\"$(printf 'x\\342\\200\\256y')\"";

@@ -65,7 +65,8 @@ int main(int argc, char** argv) {
   // work (`minfer env` lists them as they are).
   const auto command =
       std::find_if(args.begin() + 1, args.end(), [](const std::string& a) { return a.empty() || a[0] != '-'; });
-  const bool env_command = command != args.end() && *command == "env";
+  const std::string command_name = command != args.end() ? *command : std::string();
+  const bool env_command = command_name == "env";
   args.erase(args.begin());                 // CLI11 wants the arguments without the program name,
   std::reverse(args.begin(), args.end());  // in reverse order
   try {
@@ -78,7 +79,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --version and the like
     // A usage error is one line like every other error, exit status 1.
-    std::fprintf(stderr, "minfer: error: %s (see 'minfer --help')\n", minfer::printable(e.what()).c_str());
+    // The hint names the command's own help when a command was given (an unknown one was refused
+    // above).
+    const std::string help = command_name.empty() ? "minfer --help" : "minfer " + command_name + " --help";
+    std::fprintf(stderr, "minfer: error: %s (see '%s')\n", minfer::printable(e.what()).c_str(), help.c_str());
     return 1;
   } catch (const minfer::Error& e) {
     // Messages quote file data (names, metadata, token texts): escaped so that the error stays
