@@ -134,6 +134,15 @@ TEST(CliUsage, run_checks_its_options_before_reading_the_prompt_from_stdin) {
   expect_one_line_error(run + "--chat --chat-template " + (dir / "missing.jinja").string() + " <> " + fifo,
                         "--chat-template ");
   expect_one_line_error(run + "--seed abc <> " + fifo, "--seed abc: ");
+  // The model loads (and its errors come) before the prompt is read.
+  expect_one_line_error(run + "<> " + fifo, kNoModel);
+}
+
+TEST(CliUsage, help_and_version_work_with_a_malformed_environment_variable) {
+  for (const char* args : {"--help", "--version", "run --help"}) {
+    const Result r = test::run_shell("MINFER_THREADS=abc timeout 60 " + test::minfer_bin() + " " + std::string(args));
+    EXPECT_EQ(r.status, 0) << args << "\n" << r.out;
+  }
 }
 
 TEST(CliUsage, a_malformed_environment_variable_is_refused_when_the_command_starts) {

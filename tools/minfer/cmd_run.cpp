@@ -31,8 +31,7 @@ struct RunArgs {
 };
 
 void run(const RunArgs& a) {
-  // Option values are checked before the prompt is read from stdin (which may wait for EOF) and
-  // before the (possibly multi-gigabyte) model is loaded.
+  // Option values are checked before the (possibly multi-gigabyte) model is loaded.
   const SamplerParams sampling = a.sampling.params();
   std::optional<chat::ChatTemplate> template_override;
   chat::ChatOptions copt;
@@ -41,12 +40,11 @@ void run(const RunArgs& a) {
     template_override = chat_template_override(a.chat_template);
   }
   std::string prompt = a.prompt;
-  if (!a.file.empty()) {
-    prompt = read_file_bytes(a.file, "prompt file");
-  } else if (prompt == "-") {
-    prompt.assign(std::istreambuf_iterator<char>(std::cin), {});
-  }
+  if (!a.file.empty()) prompt = read_file_bytes(a.file, "prompt file");
+  // The model (and its device, thread and cache options) loads before a '-' prompt is read, so
+  // none of their errors waits for the end of stdin.
   LoadedModel lm = load_model(a.model);
+  if (a.file.empty() && prompt == "-") prompt.assign(std::istreambuf_iterator<char>(std::cin), {});
   const tok::Tokenizer& tk = *lm.model->tokenizer();
   std::string text = prompt;
   if (a.chat) {

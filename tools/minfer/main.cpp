@@ -53,9 +53,12 @@ int main(int argc, char** argv) {
   // llama.cpp's tools take multi-letter single-dash options (-ub, -ctk, -pg ...), which CLI11 does
   // not allow; map them to their long names so users' command lines work unchanged.
   std::vector<std::string> args(argv, argv + argc);
-  for (std::string& a : args) {
+  // An argument that is the value of a text option (a prompt "-ub") is left as it is.
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string& prev = args[i - 1];
+    if (prev == "-p" || prev == "--prompt" || prev == "--system" || prev == "--stop") continue;
     for (const auto& [shrt, lng] : minfer::cli::kLlamaStyleOptions)
-      if (a == shrt) a = lng;
+      if (args[i] == shrt) args[i] = lng;
   }
   if (const std::optional<std::string> e = unknown_command_error(app, {args.begin() + 1, args.end()})) {
     std::fprintf(stderr, "minfer: error: %s\n", e->c_str());
@@ -66,7 +69,11 @@ int main(int argc, char** argv) {
   const auto command =
       std::find_if(args.begin() + 1, args.end(), [](const std::string& a) { return a.empty() || a[0] != '-'; });
   const std::string command_name = command != args.end() ? *command : std::string();
-  const bool env_command = command_name == "env";
+  // Not for `minfer env` (it shows them as set) nor for help and version output.
+  const bool env_command = command_name == "env" ||
+                           std::any_of(args.begin() + 1, args.end(), [](const std::string& a) {
+                             return a == "-h" || a == "--help" || a == "--version";
+                           });
   args.erase(args.begin());                 // CLI11 wants the arguments without the program name,
   std::reverse(args.begin(), args.end());  // in reverse order
   try {
