@@ -19,12 +19,16 @@ namespace {
 // no registered command, returns the error line that names it and lists the commands.
 // An option before the command other than the app's own (--help, --version), '--' included,
 // likewise gets a line that names it rather than CLI11's "A subcommand is required".
+/// The first argument that is not an option: the command (the app itself has only flags).
+std::span<const std::string>::iterator find_command(std::span<const std::string> args) {
+  return std::find_if(args.begin(), args.end(), [](const std::string& a) { return a.empty() || a[0] != '-'; });
+}
+
 std::optional<std::string> unknown_command_error(const CLI::App& app, std::span<const std::string> args) {
   const std::vector<const CLI::App*> subs = app.get_subcommands([](const CLI::App*) { return true; });
   std::string names;
   for (const CLI::App* s : subs) names += (names.empty() ? "" : ", ") + s->get_name();
-  const auto command =
-      std::find_if(args.begin(), args.end(), [](const std::string& a) { return a.empty() || a[0] != '-'; });
+  const auto command = find_command(args);
   for (auto a = args.begin(); a != command; ++a)
     if (*a != "-h" && *a != "--help" && *a != "--version")
       return "unknown option '" + minfer::printable(*a) + "' before the command (usage: minfer COMMAND [OPTIONS]; commands: " +
@@ -60,24 +64,22 @@ int main(int argc, char** argv) {
     for (const auto& [shrt, lng] : minfer::cli::kLlamaStyleOptions)
       if (args[i] == shrt) args[i] = lng;
   }
-  if (const std::optional<std::string> e = unknown_command_error(app, {args.begin() + 1, args.end()})) {
+  const std::span<const std::string> given(args.begin() + 1, args.end());
+  if (const std::optional<std::string> e = unknown_command_error(app, given)) {
     std::fprintf(stderr, "minfer: error: %s\n", e->c_str());
     return 1;
   }
+  const auto command = find_command(given);
+  const std::string command_name = command != given.end() ? *command : std::string();
   // Every MINFER_* variable that is set is parsed now, so a malformed one is refused before any
-  // work (`minfer env` lists them as they are).
-  const auto command =
-      std::find_if(args.begin() + 1, args.end(), [](const std::string& a) { return a.empty() || a[0] != '-'; });
-  const std::string command_name = command != args.end() ? *command : std::string();
-  // Not for `minfer env` (it shows them as set) nor for help and version output.
-  const bool env_command = command_name == "env" ||
-                           std::any_of(args.begin() + 1, args.end(), [](const std::string& a) {
-                             return a == "-h" || a == "--help" || a == "--version";
-                           });
+  // work; not for `minfer env` (it lists them as set) nor for help and version output.
+  const bool skip_env_check = command_name == "env" || std::any_of(given.begin(), given.end(), [](const std::string& a) {
+                                return a == "-h" || a == "--help" || a == "--version";
+                              });
   args.erase(args.begin());                 // CLI11 wants the arguments without the program name,
   std::reverse(args.begin(), args.end());  // in reverse order
   try {
-    if (!env_command) minfer::env_check();
+    if (!skip_env_check) minfer::env_check();
     app.parse(args);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);  // --help: the usage text, exit 0

@@ -25,6 +25,14 @@ void fill_stage(std::vector<uint8_t>& stage, const StageGeom& g, uint64_t lo, ui
   }
 }
 
+/// True when the m x n outputs (column stride ldy) of two emulations have the same bits.
+bool same_bits(const float* y, const float* y2, int64_t m, int n, int64_t ldy) {
+  for (int c = 0; c < n; ++c)
+    for (int64_t j = 0; j < m; ++j)
+      if (f2u(y[j + c * ldy]) != f2u(y2[j + c * ldy])) return false;
+  return true;
+}
+
 /// Lane sums folded by halving (the kernel's fold_lanes).
 float fold(float* v) {
   for (int w = 16; w >= 1; w >>= 1)
@@ -202,13 +210,8 @@ template <TensorType kType>
 bool emulate_kquant_direct(const uint8_t* w, int64_t k, int64_t m, const Q8KView& a, int n, float* y,
                            int64_t ldy) {
   std::vector<float> y2(static_cast<size_t>(ldy * n), 0.0f);
-  if (!emulate_kquant_direct_kb<kType>(w, k, m, a, n, y, ldy, 1) ||
-      !emulate_kquant_direct_kb<kType>(w, k, m, a, n, y2.data(), ldy, 2))
-    return false;
-  for (int c = 0; c < n; ++c)
-    for (int64_t j = 0; j < m; ++j)
-      if (f2u(y[j + c * ldy]) != f2u(y2[static_cast<size_t>(j + c * ldy)])) return false;
-  return true;
+  return emulate_kquant_direct_kb<kType>(w, k, m, a, n, y, ldy, 1) &&
+         emulate_kquant_direct_kb<kType>(w, k, m, a, n, y2.data(), ldy, 2) && same_bits(y, y2.data(), m, n, ldy);
 }
 
 /// The 16-byte aligned word at address a with bytes outside the tensor [lo, hi) read as 0 (the
@@ -280,13 +283,8 @@ bool emulate_q6k_direct(const uint8_t* w, int64_t k, int64_t m, const Q8KView& a
 /// both must give the same bits, else false.
 bool emulate_q6k(const uint8_t* w, int64_t k, int64_t m, const Q8KView& a, int n, float* y, int64_t ldy) {
   std::vector<float> y2(static_cast<size_t>(ldy * n), 0.0f);
-  if (!emulate_q6k_direct(w, k, m, a, n, y, ldy) ||
-      !emulate_kquant<TensorType::Q6_K>(w, k, m, a, n, y2.data(), ldy))
-    return false;
-  for (int c = 0; c < n; ++c)
-    for (int64_t j = 0; j < m; ++j)
-      if (f2u(y[j + c * ldy]) != f2u(y2[static_cast<size_t>(j + c * ldy)])) return false;
-  return true;
+  return emulate_q6k_direct(w, k, m, a, n, y, ldy) && emulate_kquant<TensorType::Q6_K>(w, k, m, a, n, y2.data(), ldy) &&
+         same_bits(y, y2.data(), m, n, ldy);
 }
 
 }  // namespace
