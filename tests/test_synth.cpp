@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <set>
 #include <sys/wait.h>
 
@@ -170,6 +171,50 @@ TEST(Synth, metadata_has_llama_cpp_keys_and_the_preset_values) {
   EXPECT_NE(f->find_tensor("blk.1.attn_q_norm.weight"), nullptr);
   EXPECT_EQ(f->find_tensor("blk.1.attn_q.bias"), nullptr);
   EXPECT_NE(f->find_tensor("output.weight"), nullptr);
+}
+
+// --layers: the preset's layer shapes with another depth (a 28-layer 7B profiled as 2 layers).
+TEST(Synth, layers_option_writes_that_many_layers_of_the_preset_shape) {
+  MINFER_REQUIRE_SHARED(kVocab);
+  const ScratchDir scratch;
+  const auto& dir = scratch.path;
+  SynthOptions o;
+  o.arch = "qwen2";
+  o.preset = "tiny";
+  o.ftype = parse_file_type("q8_0");
+  o.vocab = test::shared_path(kVocab).string();
+  o.output = (dir / "m.gguf").string();
+  o.n_threads = 2;
+  o.progress = false;
+  o.n_layer = 3;
+  const SynthReport r = synth_model(o);
+  EXPECT_EQ(r.n_layer, 3);
+  EXPECT_EQ(r.preset->n_layer, 2);  // the preset itself is unchanged
+  const auto f = gguf::GgufFile::open(o.output);
+  EXPECT_EQ(f->get_u32("qwen2.block_count"), 3u);
+  EXPECT_EQ(f->get_u32("qwen2.embedding_length"), 256u);
+  EXPECT_EQ(std::string(*f->get_string("general.name")), "minfer-tiny-qwen2 (synthetic, 3 layers)");
+  ASSERT_NE(f->find_tensor("blk.2.ffn_down.weight"), nullptr);
+  EXPECT_EQ(f->find_tensor("blk.3.ffn_down.weight"), nullptr);
+  // Layer 0 is the same tensor as in the 2-layer preset (weights depend on name and seed only).
+  o.n_layer = 0;
+  o.output = (dir / "p.gguf").string();
+  EXPECT_EQ(synth_model(o).n_layer, 2);
+  const auto g = gguf::GgufFile::open(o.output);
+  EXPECT_EQ(std::string(*g->get_string("general.name")), "minfer-tiny-qwen2 (synthetic)");
+  const auto m3 = Model::load((dir / "m.gguf").string());
+  const auto m2 = Model::load(o.output);
+  const graph::WeightTensor& a = m3->weight("blk.0.attn_q.weight");
+  const graph::WeightTensor& b = m2->weight("blk.0.attn_q.weight");
+  ASSERT_EQ(a.nbytes, b.nbytes);
+  EXPECT_EQ(std::memcmp(a.data, b.data, a.nbytes), 0);
+  for (const int64_t bad : {int64_t{-1}, kSynthMaxLayers + 1}) {
+    o.n_layer = bad;
+    o.output = (dir / "bad.gguf").string();
+    EXPECT_CONTAINS(test::error_of([&] { synth_model(o); }),
+                    fmt::format("--layers {} is out of range: 1..1024 (0 or absent: the preset's 2)", bad));
+    EXPECT_FALSE(std::filesystem::exists(dir / "bad.gguf"));
+  }
 }
 
 TEST(SynthVocab, short_vocabularies_are_padded_with_user_defined_pad_tokens) {
@@ -370,6 +415,7 @@ TEST(SynthCommand, bad_inputs_give_one_line_errors_naming_the_value) {
        "vocab file " + (dir / "nope.gguf").string() + " does not exist"},
       {"--arch qwen2 --preset tiny --type q8_0" + vocab + " -o " + (dir / "x" / "m.gguf").string(),
        (dir / "x" / "m.gguf").string()},
+      {"--arch qwen2 --preset tiny --type q8_0 --layers 5000" + vocab + out, "--layers 5000 is out of range"},
   };
   for (const Case& c : cases) {
     const CmdResult r = run_cmd("synth " + c.args);

@@ -60,7 +60,10 @@ void add_hparams(gguf::GgufWriter& w, const SynthPreset& p, uint64_t seed) {
   const std::string a(p.arch);
   w.set_string("general.architecture", a);
   w.set_string("general.type", "model");
-  w.set_string("general.name", std::string(p.model_name) + " (synthetic)");
+  w.set_string("general.name", std::string(p.model_name) + " (synthetic" +
+                                    (p.n_layer == find_synth_preset(p.arch, p.name).n_layer
+                                         ? std::string(")")
+                                         : fmt::format(", {} layers)", p.n_layer)));
   w.set_string("general.size_label", size_class(p.n_params()));
   w.set_string("general.description",
                fmt::format("minfer synth: random weights (seed {}) with the shape of {} ({})", seed,
@@ -121,8 +124,14 @@ uint64_t synth_plan_bytes(const std::vector<SynthTensor>& plan) {
 
 SynthReport synth_model(const SynthOptions& opt) {
   SynthReport rep;
-  const SynthPreset& p = find_synth_preset(opt.arch, opt.preset);
-  rep.preset = &p;
+  const SynthPreset& preset = find_synth_preset(opt.arch, opt.preset);
+  rep.preset = &preset;
+  if (opt.n_layer < 0 || opt.n_layer > kSynthMaxLayers)
+    fail("--layers {} is out of range: 1..{} (0 or absent: the preset's {})", opt.n_layer, kSynthMaxLayers,
+         preset.n_layer);
+  SynthPreset p = preset;  // the shape written: the preset with the layer count asked for
+  if (opt.n_layer > 0) p.n_layer = opt.n_layer;
+  rep.n_layer = p.n_layer;
   check_not_overwriting(opt.output, opt.vocab);
 
   gguf::GgufWriter w;

@@ -22,11 +22,18 @@ struct SynthOptions {
   uint64_t seed = 0;
   int n_threads = 0;      ///< 0: default_thread_count()
   bool pure = false;      ///< every matrix gets the base type
+  int64_t n_layer = 0;    ///< layers to write: 0 = the preset's; 1..kSynthMaxLayers replaces it
+                          ///< (the first layers of a deeper or shallower copy, for profiling)
   bool progress = true;   ///< progress bar on stderr when it is a terminal
 };
 
+/// The most layers `SynthOptions::n_layer` may ask for (GGUF block_count is a u32; this bound
+/// keeps a typo from writing terabytes).
+inline constexpr int64_t kSynthMaxLayers = 1024;
+
 struct SynthReport {
   const SynthPreset* preset = nullptr;
+  int64_t n_layer = 0;         ///< layers written (the preset's unless SynthOptions::n_layer)
   uint64_t n_params = 0;       ///< elements of all tensors
   uint64_t bytes = 0;          ///< tensor data bytes written
   int64_t vocab_tokens = 0;    ///< tokens in the vocabulary file (before padding)

@@ -24,6 +24,7 @@ struct SynthArgs {
   std::string seed = "0";  ///< as given: parse_seed_option (CLI11 would wrap "-5" to 2^64 - 5)
   int threads = 0;
   bool pure = false;
+  int64_t layers = 0;
 };
 
 std::string preset_list() {
@@ -44,12 +45,13 @@ void run(const SynthArgs& a) {
   opt.output = a.output;
   opt.n_threads = resolve_thread_count(a.threads, "-t");
   opt.pure = a.pure;
+  opt.n_layer = a.layers;
   const auto t0 = std::chrono::steady_clock::now();
   const convert::SynthReport r = convert::synth_model(opt);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  log_info("wrote {} ({} {}, {}): {} parameters, {:.2f} MiB of tensors, vocab {} tokens padded to "
+  log_info("wrote {} ({} {}, {} layers, {}): {} parameters, {:.2f} MiB of tensors, vocab {} tokens padded to "
            "{}, seed {}, in {:.1f} s",
-           a.output, r.preset->arch, r.preset->name, file_type_name(opt.ftype), r.n_params,
+           a.output, r.preset->arch, r.preset->name, r.n_layer, file_type_name(opt.ftype), r.n_params,
            static_cast<double>(r.bytes) / 1048576.0, r.vocab_tokens, r.preset->n_vocab, opt.seed, s);
 }
 
@@ -68,6 +70,9 @@ void add_synth_command(CLI::App& app) {
   cmd->add_option("--seed", args->seed, "random seed, a whole number from 0 to 2^64-1")->capture_default_str();
   cmd->add_option("-t,--threads", args->threads, "threads (default: all cores)");
   cmd->add_flag("--pure", args->pure, "no per-tensor mix rules: every matrix gets the base type");
+  cmd->add_option("--layers", args->layers,
+                  "write this many layers instead of the preset's (1..1024; a shallower model with the "
+                  "real layer shapes, for profiling)");
   cmd->callback([args] { run(*args); });
 }
 
