@@ -24,6 +24,8 @@ constexpr std::array kTable = {
            "CUDA MMQ token tile: 0 = chosen per shape, 32, 64 or 128 = always that tile (A/B measurements)", EnvKind::Int},
     EnvVar{"MINFER_CUDA_MMVQ_KB", "0",
            "tuning: 2 makes the direct Q4_K/Q5_K matrix-vector kernel take 16 super-blocks per warp and step (any other value: 8)", EnvKind::Int},
+    EnvVar{"MINFER_CUDA_MMVQ_OCC", "0",
+           "CUDA decode (n = 1) matrix-vector kernels compiled for 5 blocks per SM: 0 = for rows of up to 4096 elements, 1 = never, 2 = always (A/B)", EnvKind::Int},
     EnvVar{"MINFER_CUDA_MMVQ_Q6K", "1",
            "CUDA Q6_K matrix-vector kernel: 0 = shared-memory staged, 1 = direct-load for rows up to 4096 elements, 2 = direct-load for every row (A/B)", EnvKind::Int},
     EnvVar{"MINFER_CUDA_MMVQ_STAGED", "0",

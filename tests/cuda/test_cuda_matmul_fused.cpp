@@ -197,6 +197,49 @@ TEST_P(CudaMatmulFused, gate_up_swiglu_in_one_launch_equals_the_unfused_device_c
   }
 }
 
+// The decode kernels built for more warps per SM (mmvq.cuh kMmvqHighOccBlocks, taken for short
+// rows at n = 1) differ from the default build only in register allocation: the plain product
+// and the SwiGLU launch give the same bits under MINFER_CUDA_MMVQ_OCC=1 (never), =2 (always) and
+// the per-shape default, for a short and a long row length.
+TEST_P(CudaMatmulFused, both_occupancy_builds_give_the_same_bits) {
+  const TensorType type = GetParam();
+  const int64_t m = 4 * 33 + 1;
+  for (const int64_t k : {k_for(type), k_for(type) * 4}) {  // <= and > kMmvqHighOccMaxK
+    SCOPED_TRACE(std::string(type_name(type)) + " k " + std::to_string(k));
+    const auto x = test::random_acts(k, 1, 500);
+    const auto wg = test::random_weights(type, m, k, 501), wu = test::random_weights(type, m, k, 502);
+    DeviceBuffer dx(x.size() * 4), dwg(wg.size()), dwu(wu.size());
+    dx.upload(x.data(), x.size() * 4);
+    dwg.upload(wg.data(), wg.size());
+    dwu.upload(wu.data(), wu.size());
+    DeviceBuffer dq(std::max<size_t>(cuda::quantized_activation_bytes(type, k, 1), 16));
+    ASSERT_TRUE(cuda::quantize_activations(type, dx.as<float>(), k, 1, dq.get(), stream_));
+    std::vector<float> want_mm, want_glu;
+    for (const char* mode : {"0", "1", "2"}) {
+      SCOPED_TRACE(std::string("MINFER_CUDA_MMVQ_OCC=") + mode);
+      test::ScopedEnv gate("MINFER_CUDA_MMVQ_OCC", mode);
+      DeviceBuffer dy(static_cast<size_t>(m + kPad) * 4), dh(static_cast<size_t>(m + kPad) * 4);
+      dy.fill(0xFF);
+      dh.fill(0xFF);
+      cuda::clear_launch_failure();
+      ASSERT_TRUE(cuda::matmul(type, dwg.get(), k, m, dx.as<float>(), dq.get(), 1, dy.as<float>(), m + kPad, stream_));
+      ASSERT_TRUE(cuda::matmul_swiglu(type, k, m, dwg.get(), dwu.get(), dq.get(), 1, dh.as<float>(), m + kPad,
+                                      nullptr, 0, stream_));
+      ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+      std::vector<float> y(static_cast<size_t>(m + kPad)), h(y.size());
+      dy.download(y.data(), y.size() * 4);
+      dh.download(h.data(), h.size() * 4);
+      if (want_mm.empty()) {  // mode 0 is the reference (checked against the CPU by CudaMatmul)
+        want_mm.assign(y.begin(), y.begin() + m);
+        want_glu.assign(h.begin(), h.begin() + m);
+        continue;
+      }
+      EXPECT_TRUE(outputs_equal(y, want_mm, m, 1)) << "matmul";
+      EXPECT_TRUE(outputs_equal(h, want_glu, m, 1)) << "SwiGLU";
+    }
+  }
+}
+
 TEST_P(CudaMatmulFused, refuses_malformed_outputs_without_launching) {
   const TensorType type = GetParam();
   const int64_t k = k_for(type);

@@ -62,6 +62,13 @@ bool launch_kquant(TensorType type, const mm::MmvqBatch& b, const mm::Q8KView& a
 
 }  // namespace
 
+namespace mm {
+bool mmvq_high_occupancy(int64_t k) {
+  const int64_t mode = env_int("MINFER_CUDA_MMVQ_OCC", 0);
+  return mode == 2 || (mode != 1 && k <= kMmvqHighOccMaxK);
+}
+}  // namespace mm
+
 bool matmul_supported(TensorType type, int64_t k, const char** why) {
   auto no = [&](const char* reason) {
     if (why != nullptr) *why = reason;

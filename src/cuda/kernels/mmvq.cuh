@@ -109,6 +109,19 @@ inline constexpr int64_t kQ6DirectMaxK = 16 * 256;
 bool launch_mmvq_float(TensorType type, const MmvqArgs& a, const void* acts, int64_t act_stride,
                        cudaStream_t stream);
 
+/// Thread blocks per SM that the n = 1 direct-load K-quant kernels and the SwiGLU legacy kernel
+/// are compiled for when they run short rows (__launch_bounds__ minimum: ~95 registers instead of
+/// 104-120, 20 warps per SM instead of 16). Measured on the H200 (docs/perf/2026-11-30-mmvq-occupancy.md):
+/// rows of <= kMmvqHighOccMaxK elements gain (q4_K 7B output 106.8 -> 95.7 us, 7B Q4_0 tg128 +3%),
+/// longer rows lose (q4_K 7B ffn_down 16.5 -> 22.1 us: the next step's loads no longer fit).
+inline constexpr int kMmvqHighOccBlocks = 5;
+inline constexpr int64_t kMmvqHighOccMaxK = 4096;
+
+/// Whether a launch of n = 1 token column and rows of k elements takes the kMmvqHighOccBlocks
+/// variant: k <= kMmvqHighOccMaxK, unless MINFER_CUDA_MMVQ_OCC says 1 (never) or 2 (always).
+/// Host side; defined in matmul.cu.
+bool mmvq_high_occupancy(int64_t k);
+
 /// Warps (rows) per thread block of the quantized MMVQ kernels.
 inline constexpr int kMmvqWarps = 4;
 

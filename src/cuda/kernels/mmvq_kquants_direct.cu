@@ -135,8 +135,8 @@ __device__ __forceinline__ bool pair_ptrs(const MmvqBatch& b, int64_t p, const u
 // Warp i of the grid takes work items (row pairs) i, i + W, i + 2W, ... (W = the grid's warp
 // count; the launch gives one pair per warp), each as n_steps steps, and issues the loads of its
 // next step before computing the current one.
-template <TensorType kType, int N, bool kGlu, int KB>
-__global__ void __launch_bounds__(kMmvqWarps * 32, N <= 2 ? 3 : 2)
+template <TensorType kType, int N, bool kGlu, int KB, int kMinBlocks>
+__global__ void __launch_bounds__(kMmvqWarps * 32, kMinBlocks)
     mmvq_kquant_direct_kernel(const MmvqBatch b, const Q8KView acts) {
   pdl_prologue();
   const int lane = static_cast<int>(threadIdx.x & 31);
@@ -195,7 +195,15 @@ template <TensorType kType, int N, bool kGlu, int KB>
 bool launch_n(const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, const char* site) {
   const int64_t pairs = kGlu ? b.seg[0].m : (batch_rows(b) + 1) / 2;
   const auto blocks = static_cast<unsigned>((pairs + kMmvqWarps - 1) / kMmvqWarps);  // one warp per pair
-  launch_pdl(mmvq_kquant_direct_kernel<kType, N, kGlu, KB>, dim3(blocks), dim3(kMmvqWarps * 32), 0, stream, b, acts);
+  if constexpr (N == 1) {  // short rows: the kMmvqHighOccBlocks variant
+    if (mmvq_high_occupancy(b.k)) {
+      launch_pdl(mmvq_kquant_direct_kernel<kType, N, kGlu, KB, kMmvqHighOccBlocks>, dim3(blocks),
+                 dim3(kMmvqWarps * 32), 0, stream, b, acts);
+      return MINFER_LAUNCH_CHECK(site);
+    }
+  }
+  launch_pdl(mmvq_kquant_direct_kernel<kType, N, kGlu, KB, (N <= 2 ? 3 : 2)>, dim3(blocks), dim3(kMmvqWarps * 32), 0,
+             stream, b, acts);
   return MINFER_LAUNCH_CHECK(site);
 }
 

@@ -92,8 +92,8 @@ __device__ __forceinline__ void legacy_rows_dot(const uint8_t* const (&w)[R], co
 
 // One warp per grid row (mmvq_batch.cuh: the row's segment; with glu the gate and up rows, which
 // are streamed together).
-template <TensorType kType, int N, bool kGlu>
-__global__ void __launch_bounds__(kMmvqWarps * 32, kGlu ? 4 : (N <= 4 ? 8 : 6))
+template <TensorType kType, int N, bool kGlu, int kMinBlocks>
+__global__ void __launch_bounds__(kMmvqWarps * 32, kMinBlocks)
     mmvq_legacy_kernel(const MmvqBatch b, const Q8View acts) {
   pdl_prologue();
   using T = Legacy<kType>;
@@ -122,14 +122,26 @@ __global__ void __launch_bounds__(kMmvqWarps * 32, kGlu ? 4 : (N <= 4 ? 8 : 6))
   if (lane == 0) store_row(s, acc[0]);
 }
 
+// SwiGLU launches of one token column over short rows take the kMmvqHighOccBlocks variant.
+template <TensorType kType, int N, bool kGlu>
+void launch_n(const MmvqBatch& b, const Q8View& acts, dim3 grid, dim3 block, cudaStream_t stream) {
+  if constexpr (kGlu && N == 1) {
+    if (mmvq_high_occupancy(b.k)) {
+      launch_pdl(mmvq_legacy_kernel<kType, N, kGlu, kMmvqHighOccBlocks>, grid, block, 0, stream, b, acts);
+      return;
+    }
+  }
+  launch_pdl(mmvq_legacy_kernel<kType, N, kGlu, kGlu ? 4 : (N <= 4 ? 8 : 6)>, grid, block, 0, stream, b, acts);
+}
+
 template <TensorType kType, bool kGlu>
 bool launch_type(const MmvqBatch& b, const Q8View& acts, cudaStream_t stream, const char* const* sites) {
   const dim3 block(kMmvqWarps * 32);
   const dim3 grid(static_cast<unsigned>((batch_rows(b) + kMmvqWarps - 1) / kMmvqWarps));
   switch (b.n) {
-#define MINFER_CASE(N)                                                                \
-  case N:                                                                             \
-    launch_pdl(mmvq_legacy_kernel<kType, N, kGlu>, dim3(grid), dim3(block), 0, stream, b, acts);          \
+#define MINFER_CASE(N)                                   \
+  case N:                                                \
+    launch_n<kType, N, kGlu>(b, acts, grid, block, stream); \
     return MINFER_LAUNCH_CHECK(sites[N - 1]);
     MINFER_CASE(1)
     MINFER_CASE(2)

@@ -118,8 +118,9 @@ __device__ __forceinline__ void step_terms(const Q6Raw (&raw)[2], int64_t t, int
 }
 
 // One warp per row pair (pair_rows), in steps of 8 super-blocks.
-template <int N, bool kGlu>
-__global__ void __launch_bounds__(kMmvqWarps * 32, 3) mmvq_q6k_direct_kernel(const MmvqBatch b, const Q8KView acts) {
+template <int N, bool kGlu, int kMinBlocks>
+__global__ void __launch_bounds__(kMmvqWarps * 32, kMinBlocks)
+    mmvq_q6k_direct_kernel(const MmvqBatch b, const Q8KView acts) {
   pdl_prologue();
   const int lane = static_cast<int>(threadIdx.x & 31);
   const int q = lane & 3, g = lane >> 2;
@@ -140,15 +141,27 @@ __global__ void __launch_bounds__(kMmvqWarps * 32, 3) mmvq_q6k_direct_kernel(con
   store_pair<kGlu, N>(b, p, acc, lane);
 }
 
+// Launches of one token column over short rows take the kMmvqHighOccBlocks variant.
+template <int N, bool kGlu>
+void launch_n(const MmvqBatch& b, const Q8KView& acts, dim3 grid, dim3 block, cudaStream_t stream) {
+  if constexpr (N == 1) {
+    if (mmvq_high_occupancy(b.k)) {
+      launch_pdl(mmvq_q6k_direct_kernel<N, kGlu, kMmvqHighOccBlocks>, grid, block, 0, stream, b, acts);
+      return;
+    }
+  }
+  launch_pdl(mmvq_q6k_direct_kernel<N, kGlu, 3>, grid, block, 0, stream, b, acts);
+}
+
 template <bool kGlu>
 bool launch_type(const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, const char* const* sites) {
   const int64_t pairs = kGlu ? b.seg[0].m : (batch_rows(b) + 1) / 2;
   const dim3 grid(static_cast<unsigned>((pairs + kMmvqWarps - 1) / kMmvqWarps));  // one warp per pair
   const dim3 block(kMmvqWarps * 32);
   switch (b.n) {
-#define MINFER_CASE(N)                                                                \
-  case N:                                                                             \
-    launch_pdl(mmvq_q6k_direct_kernel<N, kGlu>, grid, block, 0, stream, b, acts); \
+#define MINFER_CASE(N)                              \
+  case N:                                           \
+    launch_n<N, kGlu>(b, acts, grid, block, stream); \
     return MINFER_LAUNCH_CHECK(sites[N - 1]);
     MINFER_CASE(1)
     MINFER_CASE(2)
