@@ -166,6 +166,29 @@ TEST(CliUsage, a_malformed_environment_variable_is_refused_when_the_command_star
   EXPECT_NE(env.out.find("maybe"), std::string::npos) << env.out;
 }
 
+TEST(CliUsage, environment_variables_outside_their_allowed_values_are_refused_when_the_command_starts) {
+  for (const auto& [var, message] :
+       {std::pair<std::string, std::string>{"MINFER_LOG=verbose", "MINFER_LOG=verbose is not one of error, warn, info, debug"},
+        {"MINFER_SIMD=sse9", "MINFER_SIMD=sse9 is not one of auto, scalar, avx2, avx512"},
+        {"MINFER_CACHE_TYPE=q4_0", "MINFER_CACHE_TYPE=q4_0 is not one of f32, f16, q8_0"},
+        {"MINFER_CUDA_MMQ_TILE=48", "MINFER_CUDA_MMQ_TILE=48 is not one of 0, 32, 64, 128"},
+        {"MINFER_CUDA_ATTN_CHUNK=-1", "MINFER_CUDA_ATTN_CHUNK=-1 is out of range (allowed: 0 or more)"},
+        {"MINFER_THREADS=99999999999999999999", "MINFER_THREADS=99999999999999999999 is out of range (allowed: 0 or more)"}}) {
+    const Result r = test::run_shell(var + " timeout 60 " + test::minfer_bin() + " run -m " + kNoModel + " -p hi");
+    EXPECT_EQ(r.status, 1) << var << "\n" << r.out;
+    EXPECT_EQ(r.out, "minfer: error: environment variable " + message + "\n") << var;
+  }
+  // Any case is accepted, by the check and by the readers: the -t warning reads MINFER_LOG (which
+  // was refused there in upper case), the engine configuration MINFER_CACHE_TYPE; the error is
+  // then the missing model's.
+  const Result r = test::run_shell("MINFER_LOG=DEBUG MINFER_SIMD=AVX2 MINFER_CACHE_TYPE=F16 timeout 60 " +
+                                   test::minfer_bin() + " run -m " + kNoModel + " -p hi -t 100000");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("minfer: warning: -t 100000 exceeds the "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(kNoModel), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("MINFER_"), std::string::npos) << r.out;
+}
+
 TEST(CliUsage, a_usage_error_points_to_the_commands_own_help) {
   expect_one_line_error("run -p hi", "(see 'minfer run --help')");
   expect_one_line_error("bench -m " + kNoModel + " --bogus", "(see 'minfer bench --help')");

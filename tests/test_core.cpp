@@ -5,16 +5,67 @@
 #include <bit>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <limits>
+#include <optional>
+#include <string>
 
 #include "core/env.h"
 #include "core/error.h"
 #include "core/fp16.h"
+#include "core/log.h"
 #include "core/thread_pool.h"
 #include "core/types.h"
+#include "cpu/simd/cpu_features.h"
+#include "kv/kv_cache.h"
 
 namespace minfer {
 namespace {
+
+/// Sets (value) or unsets (nullopt) an environment variable for the life of the object and
+/// re-reads the env table; the previous state is restored on destruction.
+class EnvOverride {
+ public:
+  EnvOverride(const char* name, std::optional<std::string> value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value) setenv(name, value->c_str(), 1);
+    else unsetenv(name);
+    env_reload();
+  }
+  ~EnvOverride() {
+    if (old_) setenv(name_.c_str(), old_->c_str(), 1);
+    else unsetenv(name_.c_str());
+    env_reload();
+  }
+  EnvOverride(const EnvOverride&) = delete;
+  EnvOverride& operator=(const EnvOverride&) = delete;
+
+ private:
+  std::string name_;
+  std::optional<std::string> old_;
+};
+
+/// The message of the minfer::Error that `f` throws, or "(no error)".
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+/// The message env_check() gives with `name` set to `value` (and nothing else changed).
+std::string env_check_error(const char* name, const std::string& value) {
+  EnvOverride set(name, value);
+  return error_of([] { env_check(); });
+}
+
+const EnvVar& table_row(std::string_view name) {
+  for (const EnvVar& v : env_table())
+    if (name == v.name) return v;
+  throw Error("no row " + std::string(name));
+}
 
 TEST(Fp16, RoundTripsEveryFiniteHalfExactly) {
   for (uint32_t h = 0; h < 0x10000u; ++h) {
@@ -104,15 +155,99 @@ TEST(Env, CheckParsesEverySetVariableByItsKind) {
   EXPECT_THROW(env_flag("MINFER_THREADS"), Error);
 }
 
+TEST(Env, TextChoicesAreCheckedAtStartInAnyCaseAndReadInLowerCase) {
+  EXPECT_EQ(env_check_error("MINFER_LOG", "verbose"),
+            "environment variable MINFER_LOG=verbose is not one of error, warn, info, debug");
+  EXPECT_EQ(env_check_error("MINFER_SIMD", "sse9"),
+            "environment variable MINFER_SIMD=sse9 is not one of auto, scalar, avx2, avx512");
+  EXPECT_EQ(env_check_error("MINFER_CACHE_TYPE", "q4_0"),
+            "environment variable MINFER_CACHE_TYPE=q4_0 is not one of f32, f16, q8_0");
+  EXPECT_EQ(env_check_error("MINFER_LOG", "DEBUG"), "(no error)");
+  EXPECT_EQ(env_check_error("MINFER_SIMD", "AVX2"), "(no error)");
+  EXPECT_EQ(env_check_error("MINFER_CACHE_TYPE", "Q8_0"), "(no error)");
+  {
+    EnvOverride set("MINFER_LOG", "Debug");
+    EXPECT_EQ(env_choice("MINFER_LOG"), "debug");
+  }
+  {
+    EnvOverride set("MINFER_SIMD", "AVX512");
+    EXPECT_EQ(env_choice("MINFER_SIMD"), "avx512");
+  }
+  // Set but empty, or unset: the default ("" for the cache type: --cache-type's own default).
+  for (const std::optional<std::string>& value : {std::optional<std::string>(""), std::optional<std::string>()}) {
+    EnvOverride log("MINFER_LOG", value), simd("MINFER_SIMD", value), kv("MINFER_CACHE_TYPE", value);
+    EXPECT_EQ(env_choice("MINFER_LOG"), "info");
+    EXPECT_EQ(env_choice("MINFER_SIMD"), "auto");
+    EXPECT_EQ(env_choice("MINFER_CACHE_TYPE"), "");
+  }
+  // Free text is never checked, and is not a choice.
+  EXPECT_EQ(env_check_error("MINFER_SHARED_DIR", "Any Text / at all"), "(no error)");
+  EXPECT_EQ(error_of([] { env_choice("MINFER_SHARED_DIR"); }),
+            "internal error: environment variable MINFER_SHARED_DIR is free text, not a choice (src/core/env.cpp)");
+}
+
+// The check and the readers accept the same set: every choice of a row (in lower case, as
+// env_choice returns it) is one its reader knows, and the rows list exactly these.
+TEST(Env, EveryTextChoiceIsOneItsReaderUnderstands) {
+  using cpu::simd::level_for_request;
+  using cpu::simd::SimdLevel;
+  EXPECT_STREQ(table_row("MINFER_LOG").choices, "error|warn|info|debug");
+  EXPECT_STREQ(table_row("MINFER_SIMD").choices, "auto|scalar|avx2|avx512");
+  EXPECT_STREQ(table_row("MINFER_CACHE_TYPE").choices, "f32|f16|q8_0");
+  EXPECT_EQ(log_level_from_name("error"), LogLevel::Error);
+  EXPECT_EQ(log_level_from_name("warn"), LogLevel::Warn);
+  EXPECT_EQ(log_level_from_name("info"), LogLevel::Info);
+  EXPECT_EQ(log_level_from_name("debug"), LogLevel::Debug);
+  EXPECT_EQ(level_for_request("auto", SimdLevel::kAvx512), SimdLevel::kAvx512);
+  EXPECT_EQ(level_for_request("scalar", SimdLevel::kAvx512), SimdLevel::kScalar);
+  EXPECT_EQ(level_for_request("avx2", SimdLevel::kAvx512), SimdLevel::kAvx2);
+  EXPECT_EQ(level_for_request("avx512", SimdLevel::kAvx512), SimdLevel::kAvx512);
+  EXPECT_EQ(parse_kv_type("f32"), TensorType::F32);
+  EXPECT_EQ(parse_kv_type("f16"), TensorType::F16);
+  EXPECT_EQ(parse_kv_type("q8_0"), TensorType::Q8_0);
+  EXPECT_EQ(error_of([] { log_level_from_name("verbose"); }), "'verbose' is not a log level (error, warn, info, debug)");
+}
+
+TEST(Env, IntegersOutsideTheirRangeOrSetAreRefusedNamingWhatIsAllowed) {
+  EXPECT_EQ(env_check_error("MINFER_CUDA_ATTN_CHUNK", "-1"),
+            "environment variable MINFER_CUDA_ATTN_CHUNK=-1 is out of range (allowed: 0 or more)");
+  EXPECT_EQ(env_check_error("MINFER_CUDA_MMQ_TILE", "48"),
+            "environment variable MINFER_CUDA_MMQ_TILE=48 is not one of 0, 32, 64, 128");
+  EXPECT_EQ(env_check_error("MINFER_CUDA_MMVQ_KB", "3"),
+            "environment variable MINFER_CUDA_MMVQ_KB=3 is not one of 0, 1, 2");
+  EXPECT_EQ(env_check_error("MINFER_CUDA_MMVQ_Q6K", "-1"),
+            "environment variable MINFER_CUDA_MMVQ_Q6K=-1 is not one of 0, 1, 2");
+  EXPECT_EQ(env_check_error("MINFER_CUDA_MMVQ_OCC", "7"),
+            "environment variable MINFER_CUDA_MMVQ_OCC=7 is not one of 0, 1, 2");
+  EXPECT_EQ(env_check_error("MINFER_THREADS", "-2"),
+            "environment variable MINFER_THREADS=-2 is out of range (allowed: 0 or more)");
+  // Too large for 64 bits: out of range, not "not an integer".
+  EXPECT_EQ(env_check_error("MINFER_THREADS", "99999999999999999999"),
+            "environment variable MINFER_THREADS=99999999999999999999 is out of range (allowed: 0 or more)");
+  EXPECT_EQ(env_check_error("MINFER_CUDA_MMQ_TILE", "99999999999999999999"),
+            "environment variable MINFER_CUDA_MMQ_TILE=99999999999999999999 is out of range (allowed: one of 0, 32, "
+            "64, 128)");
+  EXPECT_EQ(env_check_error("MINFER_TEST_WRITE_SIGNAL", "-99999999999999999999"),
+            "environment variable MINFER_TEST_WRITE_SIGNAL=-99999999999999999999 is out of range (allowed: "
+            "-9223372036854775808 to 9223372036854775807)");
+  EXPECT_EQ(env_check_error("MINFER_THREADS", "4x"), "environment variable MINFER_THREADS=4x is not an integer");
+  // In range: accepted, and read as the number (a choice compares as a number: 032 is 32).
+  for (const char* tile : {"0", "32", "64", "128", "032"}) EXPECT_EQ(env_check_error("MINFER_CUDA_MMQ_TILE", tile), "(no error)") << tile;
+  for (const char* mode : {"0", "1", "2"}) {
+    EXPECT_EQ(env_check_error("MINFER_CUDA_MMVQ_KB", mode), "(no error)") << mode;
+    EXPECT_EQ(env_check_error("MINFER_CUDA_MMVQ_Q6K", mode), "(no error)") << mode;
+    EXPECT_EQ(env_check_error("MINFER_CUDA_MMVQ_OCC", mode), "(no error)") << mode;
+  }
+  EnvOverride chunk("MINFER_CUDA_ATTN_CHUNK", "100000"), tile("MINFER_CUDA_MMQ_TILE", "032");
+  EXPECT_EQ(env_int("MINFER_CUDA_ATTN_CHUNK", 0), 100000);
+  EXPECT_EQ(env_int("MINFER_CUDA_MMQ_TILE", 0), 32);
+}
+
 TEST(ThreadPool, DefaultThreadCountRefusesANegativeMinferThreads) {
   setenv("MINFER_THREADS", "-1", 1);
   env_reload();
-  try {
-    default_thread_count();
-    ADD_FAILURE() << "MINFER_THREADS=-1 was accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("MINFER_THREADS=-1"), std::string::npos) << e.what();
-  }
+  EXPECT_EQ(error_of([] { default_thread_count(); }),
+            "environment variable MINFER_THREADS=-1 is out of range (allowed: 0 or more)");
   setenv("MINFER_THREADS", "3", 1);
   env_reload();
   EXPECT_EQ(default_thread_count(), 3);

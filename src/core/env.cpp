@@ -7,27 +7,36 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <vector>
 
 #include "core/error.h"
 
 namespace minfer {
 namespace {
 
-// The table. Keep it sorted by name; every MINFER_* variable read anywhere must be here.
+// The table. Keep it sorted by name; every MINFER_* variable read anywhere must be here. A row's
+// choices (and, for an Int, its range) are what env_check accepts and what the accessors return:
+// a reader never sees a value outside them.
 constexpr std::array kTable = {
-    EnvVar{"MINFER_CACHE_TYPE", "", "KV cache format when --cache-type is not given: f32, f16 or q8_0", EnvKind::Text},
+    EnvVar{"MINFER_CACHE_TYPE", "", "KV cache format when --cache-type is not given: f32, f16 or q8_0", EnvKind::Text,
+           "f32|f16|q8_0"},
     EnvVar{"MINFER_CUDA_ATTN_CHUNK", "0",
-           "tuning: KV cells per range of the CUDA decode attention (0: chosen from the window and the SM count)", EnvKind::Int},
+           "tuning: KV cells per range of the CUDA decode attention (0: chosen from the window and the SM count)", EnvKind::Int,
+           nullptr, 0},
     EnvVar{"MINFER_CUDA_FAIL_LAUNCH", "",
            "test only: make the CUDA launch whose site name matches this value fail (failure injection)", EnvKind::Text},
     EnvVar{"MINFER_CUDA_MMQ_TILE", "0",
-           "CUDA MMQ token tile: 0 = chosen per shape, 32, 64 or 128 = always that tile (A/B measurements)", EnvKind::Int},
+           "CUDA MMQ token tile: 0 = chosen per shape, 32, 64 or 128 = always that tile (A/B measurements)", EnvKind::Int,
+           "0|32|64|128"},
     EnvVar{"MINFER_CUDA_MMVQ_KB", "0",
-           "tuning: 2 makes the direct Q4_K/Q5_K matrix-vector kernel take 16 super-blocks per warp and step (any other value: 8)", EnvKind::Int},
+           "tuning: 2 makes the direct Q4_K/Q5_K matrix-vector kernel take 16 super-blocks per warp and step (0 or 1: 8)", EnvKind::Int,
+           "0|1|2"},
     EnvVar{"MINFER_CUDA_MMVQ_OCC", "0",
-           "CUDA decode (n = 1) matrix-vector kernels compiled for 5 blocks per SM: 0 = for rows of up to 4096 elements, 1 = never, 2 = always (A/B)", EnvKind::Int},
+           "CUDA decode (n = 1) matrix-vector kernels compiled for 5 blocks per SM: 0 = for rows of up to 4096 elements, 1 = never, 2 = always (A/B)", EnvKind::Int,
+           "0|1|2"},
     EnvVar{"MINFER_CUDA_MMVQ_Q6K", "1",
-           "CUDA Q6_K matrix-vector kernel: 0 = shared-memory staged, 1 = direct-load for rows up to 4096 elements, 2 = direct-load for every row (A/B)", EnvKind::Int},
+           "CUDA Q6_K matrix-vector kernel: 0 = shared-memory staged, 1 = direct-load for rows up to 4096 elements, 2 = direct-load for every row (A/B)", EnvKind::Int,
+           "0|1|2"},
     EnvVar{"MINFER_CUDA_MMVQ_STAGED", "0",
            "1: CUDA Q4_K/Q5_K/Q6_K matrix-vector products use the shared-memory staged kernel, not the direct-load ones (A/B)", EnvKind::Flag},
     EnvVar{"MINFER_CUDA_NO_FLASH_ATTN", "0",
@@ -35,7 +44,7 @@ constexpr std::array kTable = {
     EnvVar{"MINFER_CUDA_PROFILE", "0",
            "1: time every CUDA node with events (direct launches, no graphs); print a table per op class at exit", EnvKind::Flag},
     EnvVar{"MINFER_DISABLE_CUDA", "0", "1: behave as if no CUDA device were present", EnvKind::Flag},
-    EnvVar{"MINFER_LOG", "info", "log level: error, warn, info, debug", EnvKind::Text},
+    EnvVar{"MINFER_LOG", "info", "log level: error, warn, info, debug", EnvKind::Text, "error|warn|info|debug"},
     EnvVar{"MINFER_NO_CPU_PACK", "0", "1: CPU matmuls read the weights in place (no packed copies)", EnvKind::Flag},
     EnvVar{"MINFER_NO_CUDA_GRAPH", "0", "1: never capture or replay CUDA graphs (direct launches only)", EnvKind::Flag},
     EnvVar{"MINFER_NO_MMQ", "0",
@@ -44,10 +53,11 @@ constexpr std::array kTable = {
            "1: CUDA decode kernels launch without programmatic dependent launch (each waits for the previous to end)", EnvKind::Flag},
     EnvVar{"MINFER_NO_PREFILL_CAPTURE", "0", "1: capture only decode-shaped (1-token) graphs", EnvKind::Flag},
     EnvVar{"MINFER_SHARED_DIR", "", "tests: where ../shared (fixtures, models) lives, when not beside the checkout", EnvKind::Text},
-    EnvVar{"MINFER_SIMD", "auto", "CPU kernel level: auto, scalar, avx2, avx512 (never above what the CPU has)", EnvKind::Text},
+    EnvVar{"MINFER_SIMD", "auto", "CPU kernel level: auto, scalar, avx2, avx512 (never above what the CPU has)", EnvKind::Text,
+           "auto|scalar|avx2|avx512"},
     EnvVar{"MINFER_TEST_WRITE_SIGNAL", "0",
            "test only: the GGUF writer raises this signal number (15: SIGTERM) after writing the first tensor", EnvKind::Int},
-    EnvVar{"MINFER_THREADS", "", "default thread count for CPU work (default: the number of cores)", EnvKind::Int},
+    EnvVar{"MINFER_THREADS", "", "default thread count for CPU work (0 or unset: the number of cores)", EnvKind::Int, nullptr, 0},
 };
 
 struct Cache {
@@ -71,6 +81,34 @@ std::string lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return s;
+}
+
+/// The row's choices, in table order ("a|b|c" -> {"a", "b", "c"}).
+std::vector<std::string_view> choices_of(const EnvVar& r) {
+  std::vector<std::string_view> out;
+  std::string_view rest = r.choices != nullptr ? r.choices : "";
+  while (!rest.empty()) {
+    const size_t bar = rest.find('|');
+    out.push_back(rest.substr(0, bar));
+    rest = bar == std::string_view::npos ? std::string_view() : rest.substr(bar + 1);
+  }
+  return out;
+}
+
+/// "a, b, c": the choices as an error message lists them.
+std::string choice_list(const EnvVar& r) {
+  std::string out;
+  for (std::string_view c : choices_of(r)) out += (out.empty() ? "" : ", ") + std::string(c);
+  return out;
+}
+
+/// What an Int row allows, for an error message: "one of 0, 32, 64, 128", "0 or more", "1 to 8"
+/// (a row without a range: the 64-bit limits).
+std::string int_allowed(const EnvVar& r) {
+  if (r.choices != nullptr) return "one of " + choice_list(r);
+  if (r.max == std::numeric_limits<int64_t>::max() && r.min != std::numeric_limits<int64_t>::min())
+    return fmt::format("{} or more", r.min);
+  return fmt::format("{} to {}", r.min, r.max);
 }
 
 /// Refuses a gate read with the wrong accessor (an internal error: the table row is wrong).
@@ -108,13 +146,39 @@ bool env_flag(std::string_view name) {
 
 int64_t env_int(std::string_view name, int64_t fallback) {
   check_kind(name, EnvKind::Int);
+  const EnvVar& r = row(name);
   const std::string& v = env_string(name);
   if (v.empty()) return fallback;
   int64_t out = 0;
   auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
-  if (ec != std::errc() || p != v.data() + v.size())
+  if (p != v.data() + v.size() || (ec != std::errc() && ec != std::errc::result_out_of_range))
     fail("environment variable {}={} is not an integer", name, v);
+  if (ec == std::errc::result_out_of_range || out < r.min || out > r.max)
+    fail("environment variable {}={} is out of range (allowed: {})", name, v, int_allowed(r));
+  if (r.choices != nullptr) {
+    const auto choices = choices_of(r);
+    const auto is_out = [&](std::string_view c) {
+      int64_t n = 0;
+      const auto [cp, cec] = std::from_chars(c.data(), c.data() + c.size(), n);
+      return cec == std::errc() && cp == c.data() + c.size() && n == out;
+    };
+    if (std::none_of(choices.begin(), choices.end(), is_out))
+      fail("environment variable {}={} is not one of {}", name, v, choice_list(r));
+  }
   return out;
+}
+
+std::string env_choice(std::string_view name) {
+  check_kind(name, EnvKind::Text);
+  const EnvVar& r = row(name);
+  if (r.choices == nullptr)
+    throw Error(fmt::format("internal error: environment variable {} is free text, not a choice (src/core/env.cpp)", name));
+  const std::string v = lower(env_string(name));
+  if (v.empty()) return lower(r.default_value);
+  const auto choices = choices_of(r);
+  if (std::none_of(choices.begin(), choices.end(), [&](std::string_view c) { return c == v; }))
+    fail("environment variable {}={} is not one of {}", name, env_string(name), choice_list(r));
+  return v;
 }
 
 void env_check() {
@@ -122,6 +186,7 @@ void env_check() {
     if (std::getenv(v.name) == nullptr) continue;
     if (v.kind == EnvKind::Flag) env_flag(v.name);
     if (v.kind == EnvKind::Int) env_int(v.name, 0);
+    if (v.kind == EnvKind::Text && v.choices != nullptr) env_choice(v.name);
   }
 }
 

@@ -5,14 +5,15 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <string_view>
 
 namespace minfer {
 
-/// How a variable's value is read: env_flag, env_int, or env_string (free text, or a choice
-/// the reader checks).
+/// How a variable's value is read: env_flag, env_int, or text: env_choice for a row with
+/// `choices`, env_string for free text.
 enum class EnvKind { Flag, Int, Text };
 
 /// One row of the table.
@@ -21,6 +22,12 @@ struct EnvVar {
   const char* default_value;  ///< value used when the variable is unset ("" = unset)
   const char* meaning;        ///< one line for `minfer env` and the README
   EnvKind kind;               ///< the accessor that reads it (env_flag / env_int check it)
+  /// The values allowed, '|'-separated: for Text compared case-insensitively (an empty value
+  /// is always allowed and means the default); for Int whole numbers. nullptr: any value (Text:
+  /// free text, never checked; Int: any in [min, max]).
+  const char* choices = nullptr;
+  int64_t min = std::numeric_limits<int64_t>::min();  ///< Int: the smallest value allowed
+  int64_t max = std::numeric_limits<int64_t>::max();  ///< Int: the largest value allowed
 };
 
 /// Every MINFER_* variable the project reads (src/core/env.cpp holds the rows).
@@ -34,14 +41,21 @@ const std::string& env_string(std::string_view name);
 /// (case-insensitive). Any other value throws minfer::Error naming the variable and the value.
 bool env_flag(std::string_view name);
 
-/// Integer gate; "" gives `fallback`. A value that is not a base-10 integer throws
-/// minfer::Error naming the variable and the value.
+/// Integer gate; "" gives `fallback`. A value that is not a base-10 integer, or one outside the
+/// row's range or choices (a number too large for 64 bits included), throws minfer::Error
+/// naming the variable, the value and what is allowed.
 int64_t env_int(std::string_view name, int64_t fallback);
 
-/// Parses every variable of the table that is set, by its kind, so that a malformed value is
+/// Text gate with a fixed set of values (a row with `choices`): the value in lower case, or the
+/// row's default when it is unset or empty. A value that is not one of the choices (in any
+/// case) throws minfer::Error naming the variable, the value and the choices.
+std::string env_choice(std::string_view name);
+
+/// Parses every variable of the table that is set, by its kind (flags, integers with their
+/// ranges, text with its choices; free text is not checked), so that a malformed value is
 /// refused when a command starts rather than at its first use (which may be deep inside a run,
-/// e.g. at the first CUDA matmul). Throws minfer::Error naming the first malformed variable and
-/// its value, as env_flag / env_int would.
+/// e.g. at the first CUDA matmul). Throws minfer::Error naming the first malformed variable, its
+/// value and what is allowed, as env_flag / env_int / env_choice would.
 void env_check();
 
 /// Forgets the cached values so the next read sees the current environment (tests only).

@@ -12,21 +12,20 @@
 namespace minfer {
 namespace {
 
-LogLevel level_from_env() {
-  const std::string& v = env_string("MINFER_LOG");
-  if (v == "error") return LogLevel::Error;
-  if (v == "warn") return LogLevel::Warn;
-  if (v == "info" || v.empty()) return LogLevel::Info;
-  if (v == "debug") return LogLevel::Debug;
-  fail("MINFER_LOG={} is not a log level (error, warn, info, debug)", v);
-}
-
 std::atomic<int>& level_slot() {
-  static std::atomic<int> slot{static_cast<int>(level_from_env())};
+  static std::atomic<int> slot{static_cast<int>(log_level_from_name(env_choice("MINFER_LOG")))};
   return slot;
 }
 
 }  // namespace
+
+LogLevel log_level_from_name(std::string_view name) {
+  if (name == "error") return LogLevel::Error;
+  if (name == "warn") return LogLevel::Warn;
+  if (name == "info") return LogLevel::Info;
+  if (name == "debug") return LogLevel::Debug;
+  fail("'{}' is not a log level (error, warn, info, debug)", name);
+}
 
 LogLevel log_level() { return static_cast<LogLevel>(level_slot().load(std::memory_order_relaxed)); }
 

@@ -1,4 +1,5 @@
-// Logging to stderr. The level comes from MINFER_LOG (error, warn, info, debug) or set_log_level.
+// Logging to stderr. The level comes from MINFER_LOG (error, warn, info, debug; any case) or
+// set_log_level.
 // Lines are prefixed "minfer: " (warnings "minfer: warning: ") so they read well beside a
 // command's own output, which goes to stdout.
 #pragma once
@@ -10,6 +11,10 @@
 namespace minfer {
 
 enum class LogLevel { Error = 0, Warn = 1, Info = 2, Debug = 3 };
+
+/// The level of a lower-case name: "error", "warn", "info" or "debug" (what env_choice returns
+/// for MINFER_LOG). Throws minfer::Error naming any other name.
+LogLevel log_level_from_name(std::string_view name);
 
 LogLevel log_level();
 void set_log_level(LogLevel level);

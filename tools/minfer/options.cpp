@@ -29,7 +29,7 @@ EngineConfig ModelArgs::engine_config() const {
   if (ctx < 0) fail("context size {} is negative", ctx);
   c.n_ctx = ctx;
   c.n_ubatch = ubatch;
-  std::string kv = cache_type.empty() ? env_string("MINFER_CACHE_TYPE") : cache_type;
+  std::string kv = cache_type.empty() ? env_choice("MINFER_CACHE_TYPE") : cache_type;
   if (kv.empty()) kv = "f16";
   c.kv_type = parse_kv_type(kv);
   return c;

@@ -128,12 +128,10 @@ SimdLevel level_for_request(std::string_view request, SimdLevel cpu_max) {
 
 SimdLevel selected_level() {
   static const SimdLevel level = [] {
-    const std::string& req = env_string("MINFER_SIMD");
-    const SimdLevel cpu = max_supported_level();
-    const SimdLevel got = level_for_request(req, cpu);
-    const std::string r = lower(req);
-    if (r != "" && r != "auto" && simd_level_name(got) != r)
-      log_warn("MINFER_SIMD={} asks for more than this CPU has; using {}", req,
+    const std::string r = env_choice("MINFER_SIMD");  // lower case, "auto" when unset or empty
+    const SimdLevel got = level_for_request(r, max_supported_level());
+    if (r != "auto" && simd_level_name(got) != r)
+      log_warn("MINFER_SIMD={} asks for more than this CPU has; using {}", env_string("MINFER_SIMD"),
                simd_level_name(got));
     return got;
   }();
