@@ -9,6 +9,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "core/env.h"
 #include "core/error.h"
@@ -254,6 +255,36 @@ TEST(ThreadPool, DefaultThreadCountRefusesANegativeMinferThreads) {
   unsetenv("MINFER_THREADS");
   env_reload();
   EXPECT_GE(default_thread_count(), 1);
+}
+
+// The warning names the count the user gave, not the 1024 that default_thread_count lowers a
+// larger MINFER_THREADS to.
+TEST(ThreadPool, ACountAboveTheMachineIsWarnedAboutAsGiven) {
+  const unsigned hw_raw = std::thread::hardware_concurrency();
+  const int hw = hw_raw == 0 ? 1 : static_cast<int>(hw_raw);
+  const LogLevel level = log_level();
+  set_log_level(LogLevel::Info);
+  {
+    EnvOverride threads("MINFER_THREADS", "5000");
+    ::testing::internal::CaptureStderr();
+    const int used = resolve_thread_count(0, "-t");
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    if (hw < 1024) {
+      EXPECT_EQ(used, hw);
+      EXPECT_EQ(err, fmt::format("minfer: warning: MINFER_THREADS=5000 exceeds the {} hardware threads of this "
+                                 "machine; using {}\n", hw, hw));
+    } else {
+      EXPECT_EQ(used, 1024);
+      EXPECT_EQ(err, "minfer: warning: MINFER_THREADS=5000 is above the limit of 1024 threads; using 1024\n");
+    }
+  }
+  if (hw < 5000) {
+    ::testing::internal::CaptureStderr();
+    EXPECT_EQ(resolve_thread_count(5000, "-t"), hw);
+    EXPECT_EQ(::testing::internal::GetCapturedStderr(),
+              fmt::format("minfer: warning: -t 5000 exceeds the {} hardware threads of this machine; using {}\n", hw, hw));
+  }
+  set_log_level(level);
 }
 
 TEST(ThreadPool, ParallelForCoversEveryIndexOnceAndPropagatesErrors) {

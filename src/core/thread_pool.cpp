@@ -17,6 +17,8 @@ namespace minfer {
 namespace {
 // Spin iterations before sleeping: ~tens of microseconds, enough to bridge two back-to-back ops.
 constexpr int kSpinIterations = 20000;
+// The most threads MINFER_THREADS gives (a larger value is lowered to this).
+constexpr int64_t kMaxEnvThreads = 1024;
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads) {
@@ -90,7 +92,7 @@ void ThreadPool::worker_loop(int index) {
 
 int default_thread_count() {
   const int64_t v = env_int("MINFER_THREADS", 0);  // >= 0: the table's range
-  if (v > 0) return static_cast<int>(std::min<int64_t>(v, 1024));
+  if (v > 0) return static_cast<int>(std::min(v, kMaxEnvThreads));
   const unsigned hw = std::thread::hardware_concurrency();
   return hw == 0 ? 1 : static_cast<int>(hw);
 }
@@ -100,11 +102,15 @@ int resolve_thread_count(int64_t requested, std::string_view option) {
   const unsigned hw_raw = std::thread::hardware_concurrency();
   const int64_t hw = hw_raw == 0 ? 1 : static_cast<int64_t>(hw_raw);
   const int64_t n = requested == 0 ? default_thread_count() : requested;
+  // The count as the user gave it ("-t 5000", "MINFER_THREADS=5000"), not as lowered.
+  const int64_t given = requested == 0 ? env_int("MINFER_THREADS", 0) : requested;
+  const std::string what =
+      requested == 0 ? fmt::format("MINFER_THREADS={}", given) : fmt::format("{} {}", option, given);
   if (n > hw) {
-    log_warn("{} {} exceeds the {} hardware threads of this machine; using {}",
-             requested == 0 ? std::string_view("MINFER_THREADS") : option, n, hw, hw);
+    log_warn("{} exceeds the {} hardware threads of this machine; using {}", what, hw, hw);
     return static_cast<int>(hw);
   }
+  if (given > n) log_warn("{} is above the limit of {} threads; using {}", what, kMaxEnvThreads, n);
   return static_cast<int>(n);
 }
 

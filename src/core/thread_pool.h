@@ -61,7 +61,8 @@ class ThreadPool {
   std::exception_ptr error_;
 };
 
-/// Default thread count: MINFER_THREADS if set (at most 1024), else the number of online cores.
+/// Default thread count: MINFER_THREADS if set and not 0 (a larger value than 1024 gives 1024),
+/// else the number of online cores.
 /// Throws minfer::Error naming MINFER_THREADS and its value when it is negative or not a
 /// base-10 integer.
 int default_thread_count();
@@ -70,7 +71,9 @@ int default_thread_count();
 /// "-t"): 0 means default_thread_count(); a count above the machine's hardware threads
 /// (std::thread::hardware_concurrency) is lowered to that number with one warning on stderr,
 /// because spinning workers that share cores make every parallel step wait for descheduled
-/// threads. Throws minfer::Error "<option> <n> must be positive ..." for a negative count.
+/// threads. The warning names the count as given ("MINFER_THREADS=5000 exceeds the 16 hardware
+/// threads of this machine; using 16"), also when MINFER_THREADS was above the 1024 cap.
+/// Throws minfer::Error "<option> <n> must be positive ..." for a negative count.
 int resolve_thread_count(int64_t requested, std::string_view option);
 
 }  // namespace minfer
