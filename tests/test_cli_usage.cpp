@@ -189,6 +189,25 @@ TEST(CliUsage, environment_variables_outside_their_allowed_values_are_refused_wh
   EXPECT_EQ(r.out.find("MINFER_"), std::string::npos) << r.out;
 }
 
+TEST(CliUsage, a_misspelled_environment_variable_is_warned_about_with_the_nearest_name) {
+  const std::string warning =
+      "minfer: warning: environment variable MINFER_NO_CUDA_GRAPHS is unknown and ignored; did you mean "
+      "MINFER_NO_CUDA_GRAPH? ('minfer env' lists the known ones)\n";
+  // One warning line, then the command goes on: the error is the missing model's.
+  const Result r = test::run_shell("MINFER_NO_CUDA_GRAPHS=1 timeout 60 " + test::minfer_bin() + " run -m " + kNoModel + " -p hi");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_EQ(r.out.rfind(warning + "minfer: error: " + kNoModel, 0), 0u) << r.out;
+  EXPECT_EQ(lines(r.out), 2u) << r.out;
+  // `minfer env` lists it after the table, as unknown.
+  const Result env = test::run_shell("MINFER_NO_CUDA_GRAPHS=1 timeout 60 " + test::minfer_bin() + " env");
+  EXPECT_EQ(env.status, 0) << env.out;
+  EXPECT_NE(env.out.find("\nMINFER_NO_CUDA_GRAPHS        = 1         unknown: minfer does not read it; did you mean "
+                         "MINFER_NO_CUDA_GRAPH?\n"),
+            std::string::npos)
+      << env.out;
+  EXPECT_EQ(env.out.find("warning"), std::string::npos) << env.out;
+}
+
 TEST(CliUsage, a_usage_error_points_to_the_commands_own_help) {
   expect_one_line_error("run -p hi", "(see 'minfer run --help')");
   expect_one_line_error("bench -m " + kNoModel + " --bogus", "(see 'minfer bench --help')");

@@ -1,6 +1,7 @@
 // Core utilities: fp16/bf16 conversions, the env table, the thread pool.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "core/env.h"
 #include "core/error.h"
@@ -242,6 +244,44 @@ TEST(Env, IntegersOutsideTheirRangeOrSetAreRefusedNamingWhatIsAllowed) {
   EnvOverride chunk("MINFER_CUDA_ATTN_CHUNK", "100000"), tile("MINFER_CUDA_MMQ_TILE", "032");
   EXPECT_EQ(env_int("MINFER_CUDA_ATTN_CHUNK", 0), 100000);
   EXPECT_EQ(env_int("MINFER_CUDA_MMQ_TILE", 0), 32);
+}
+
+TEST(Env, UnknownMinferVariablesAreFoundWithTheNearestKnownName) {
+  EnvOverride graphs("MINFER_NO_CUDA_GRAPHS", "1"), threads("MINFER_TRHEADS", "2"), log("minfer_log", "debug"),
+      other("MINFER_COMPLETELY_DIFFERENT", "x"), known("MINFER_NO_MMQ", "1");
+  // Only the ones set here are compared: whoever runs the tests may have set others.
+  const std::vector<std::string> set_here = {"MINFER_COMPLETELY_DIFFERENT", "MINFER_NO_CUDA_GRAPHS", "MINFER_TRHEADS",
+                                             "minfer_log"};
+  std::vector<std::string> found;
+  for (const UnknownEnvVar& u : env_unknown()) {
+    EXPECT_NE(u.name, "MINFER_NO_MMQ");  // in the table
+    if (std::find(set_here.begin(), set_here.end(), u.name) != set_here.end())
+      found.push_back(u.name + "=" + u.value + " -> " + u.suggestion);
+  }
+  // Sorted by name (byte order: upper case first); the edit distance ignores case.
+  EXPECT_EQ(found, (std::vector<std::string>{"MINFER_COMPLETELY_DIFFERENT=x -> ", "MINFER_NO_CUDA_GRAPHS=1 -> MINFER_NO_CUDA_GRAPH",
+                                             "MINFER_TRHEADS=2 -> MINFER_THREADS", "minfer_log=debug -> MINFER_LOG"}));
+  EXPECT_EQ(env_unknown_message({"MINFER_NO_CUDA_GRAPHS", "1", "MINFER_NO_CUDA_GRAPH"}),
+            "environment variable MINFER_NO_CUDA_GRAPHS is unknown and ignored; did you mean MINFER_NO_CUDA_GRAPH? "
+            "('minfer env' lists the known ones)");
+  EXPECT_EQ(env_unknown_message({"MINFER_COMPLETELY_DIFFERENT", "x", ""}),
+            "environment variable MINFER_COMPLETELY_DIFFERENT is unknown and ignored ('minfer env' lists the known ones)");
+  // env_check warns (one line each) and does not fail.
+  const LogLevel level = log_level();
+  set_log_level(LogLevel::Info);
+  ::testing::internal::CaptureStderr();
+  EXPECT_NO_THROW(env_check());
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  set_log_level(level);
+  EXPECT_NE(err.find("minfer: warning: environment variable MINFER_NO_CUDA_GRAPHS is unknown and ignored; did you mean "
+                     "MINFER_NO_CUDA_GRAPH? ('minfer env' lists the known ones)\n"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("minfer: warning: environment variable MINFER_COMPLETELY_DIFFERENT is unknown and ignored ('minfer "
+                     "env' lists the known ones)\n"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("MINFER_NO_MMQ"), std::string::npos) << err;
 }
 
 TEST(ThreadPool, DefaultThreadCountRefusesANegativeMinferThreads) {

@@ -9,7 +9,10 @@
 #include <mutex>
 #include <vector>
 
+#include <unistd.h>  // environ
+
 #include "core/error.h"
+#include "core/log.h"
 
 namespace minfer {
 namespace {
@@ -111,6 +114,25 @@ std::string int_allowed(const EnvVar& r) {
   return fmt::format("{} to {}", r.min, r.max);
 }
 
+/// Levenshtein distance (insertions, deletions and substitutions of one character each cost 1).
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string upper(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+  return s;
+}
+
 /// Refuses a gate read with the wrong accessor (an internal error: the table row is wrong).
 void check_kind(std::string_view name, EnvKind want) {
   if (row(name).kind != want)
@@ -181,6 +203,30 @@ std::string env_choice(std::string_view name) {
   return v;
 }
 
+std::vector<UnknownEnvVar> env_unknown() {
+  std::vector<UnknownEnvVar> out;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    const size_t eq = entry.find('=');
+    const std::string_view name = entry.substr(0, eq);
+    if (upper(std::string(name)).rfind("MINFER_", 0) != 0) continue;
+    if (std::any_of(kTable.begin(), kTable.end(), [&](const EnvVar& v) { return name == v.name; })) continue;
+    UnknownEnvVar u{std::string(name), eq == std::string_view::npos ? std::string() : std::string(entry.substr(eq + 1)), ""};
+    const std::string key = upper(u.name);
+    size_t best = 4;  // suggest only a name at most 3 edits away; on a tie, the first by name
+    for (const EnvVar& v : kTable)
+      if (const size_t d = edit_distance(key, v.name); d < best) best = d, u.suggestion = v.name;
+    out.push_back(std::move(u));
+  }
+  std::sort(out.begin(), out.end(), [](const UnknownEnvVar& a, const UnknownEnvVar& b) { return a.name < b.name; });
+  return out;
+}
+
+std::string env_unknown_message(const UnknownEnvVar& v) {
+  const std::string hint = v.suggestion.empty() ? "" : "; did you mean " + v.suggestion + "?";
+  return fmt::format("environment variable {} is unknown and ignored{} ('minfer env' lists the known ones)", v.name, hint);
+}
+
 void env_check() {
   for (const EnvVar& v : kTable) {
     if (std::getenv(v.name) == nullptr) continue;
@@ -188,6 +234,7 @@ void env_check() {
     if (v.kind == EnvKind::Int) env_int(v.name, 0);
     if (v.kind == EnvKind::Text && v.choices != nullptr) env_choice(v.name);
   }
+  for (const UnknownEnvVar& u : env_unknown()) log_warn("{}", env_unknown_message(u));
 }
 
 void env_reload() {

@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace minfer {
 
@@ -51,11 +52,31 @@ int64_t env_int(std::string_view name, int64_t fallback);
 /// case) throws minfer::Error naming the variable, the value and the choices.
 std::string env_choice(std::string_view name);
 
+/// A MINFER_* variable set in the environment that the table does not have (a misspelling, or
+/// one that another version of minfer reads): minfer ignores it.
+struct UnknownEnvVar {
+  std::string name;        ///< as set, e.g. "MINFER_NO_CUDA_GRAPHS"
+  std::string value;       ///< its value
+  /// The table name nearest to `name` in upper case (edit distance <= 3; on a tie the first by
+  /// name), or "" when none is that near.
+  std::string suggestion;
+};
+
+/// Every variable of the environment whose name starts with "MINFER_" (in any case) and is not
+/// in the table, sorted by name.
+std::vector<UnknownEnvVar> env_unknown();
+
+/// The warning for an unknown variable, one line without the "minfer: warning: " prefix, e.g.
+/// "environment variable MINFER_NO_CUDA_GRAPHS is unknown and ignored; did you mean
+/// MINFER_NO_CUDA_GRAPH? ('minfer env' lists the known ones)".
+std::string env_unknown_message(const UnknownEnvVar& v);
+
 /// Parses every variable of the table that is set, by its kind (flags, integers with their
 /// ranges, text with its choices; free text is not checked), so that a malformed value is
 /// refused when a command starts rather than at its first use (which may be deep inside a run,
 /// e.g. at the first CUDA matmul). Throws minfer::Error naming the first malformed variable, its
-/// value and what is allowed, as env_flag / env_int / env_choice would.
+/// value and what is allowed, as env_flag / env_int / env_choice would. Then logs one warning
+/// (env_unknown_message) for each unknown MINFER_* variable; those never fail.
 void env_check();
 
 /// Forgets the cached values so the next read sees the current environment (tests only).
