@@ -214,6 +214,26 @@ TEST(CliUsage, a_usage_error_points_to_the_commands_own_help) {
   expect_one_line_error("", "(see 'minfer --help')");  // no command at all
 }
 
+// CLI11 checks required options (and converts values) before it looks at arguments nothing took:
+// without the fix `minfer bench --bogus` said "--model is required".
+TEST(CliUsage, an_unknown_option_is_named_before_a_missing_required_one) {
+  const auto expect_error = [](const std::string& args, const std::string& line) {
+    const Result r = sh(args);
+    EXPECT_EQ(r.status, 1) << args;
+    EXPECT_EQ(r.out, "minfer: error: " + line + "\n") << args;
+  };
+  expect_error("bench --bogus", "The following argument was not expected: --bogus (see 'minfer bench --help')");
+  expect_error("run -x", "The following argument was not expected: -x (see 'minfer run --help')");
+  expect_error("chat --bogus=3", "The following argument was not expected: --bogus=3 (see 'minfer chat --help')");
+  // Before a value that does not convert, too; several are named in command-line order.
+  expect_error("run -p hi --temp abc --bogus -m " + kNoModel,
+               "The following argument was not expected: --bogus (see 'minfer run --help')");
+  expect_error("run -p hi stray extra -m " + kNoModel,
+               "The following arguments were not expected: stray extra (see 'minfer run --help')");
+  // Without one, the missing option is still the error.
+  expect_error("run -p hi", "--model is required (see 'minfer run --help')");
+}
+
 TEST(CliUsage, bidi_controls_in_an_echoed_argument_are_escaped) {
   // $(printf ...) puts U+202E (RIGHT-TO-LEFT OVERRIDE, UTF-8 e2 80 ae) into the argument.
   const std::string rlo = "\"$(printf 'x\\342\\200\\256y')\"";

@@ -39,6 +39,14 @@ std::optional<std::string> unknown_command_error(const CLI::App& app, std::span<
   return "unknown command '" + minfer::printable(*command) + "' (commands: " + names + ")";
 }
 
+/// CLI11's words for arguments that no option or command took ("The following argument was not
+/// expected: --bogus"), with them in command-line order.
+std::string extras_error(const std::vector<std::string>& extras) {
+  std::string s = extras.size() > 1 ? "The following arguments were not expected:" : "The following argument was not expected:";
+  for (const std::string& a : extras) s += " " + a;
+  return s;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -88,10 +96,14 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --version and the like
     // A usage error is one line like every other error, exit status 1.
+    // An argument that nothing took is named first: CLI11 checks required options and converts
+    // values before it looks at those, so `minfer bench --bogus` would say "--model is required".
+    const std::vector<std::string> extras = app.remaining(/*recurse=*/true);
+    const std::string what = extras.empty() ? std::string(e.what()) : extras_error(extras);
     // The hint names the command's own help when a command was given (an unknown one was refused
     // above).
     const std::string help = command_name.empty() ? "minfer --help" : "minfer " + command_name + " --help";
-    std::fprintf(stderr, "minfer: error: %s (see '%s')\n", minfer::printable(e.what()).c_str(), help.c_str());
+    std::fprintf(stderr, "minfer: error: %s (see '%s')\n", minfer::printable(what).c_str(), help.c_str());
     return 1;
   } catch (const minfer::Error& e) {
     // Messages quote file data (names, metadata, token texts): escaped so that the error stays
