@@ -63,6 +63,11 @@ constexpr std::array kTable = {
     EnvVar{"MINFER_THREADS", "", "default thread count for CPU work (0 or unset: the number of cores)", EnvKind::Int, nullptr, 0},
 };
 
+// MINFER_* variables that the project's scripts read, never the binary (the CUDA architectures of
+// scripts/device_bundle.sh and scripts/cuda_test.sh): set in a shell that also runs minfer or
+// its tests, they are not misspellings, so env_unknown does not report them.
+constexpr std::array<std::string_view, 1> kScriptVars = {"MINFER_CUDA_ARCHS"};
+
 struct Cache {
   std::mutex mu;
   std::map<std::string, std::string, std::less<>> values;
@@ -211,6 +216,7 @@ std::vector<UnknownEnvVar> env_unknown() {
     const std::string_view name = entry.substr(0, eq);
     if (upper(std::string(name)).rfind("MINFER_", 0) != 0) continue;
     if (std::any_of(kTable.begin(), kTable.end(), [&](const EnvVar& v) { return name == v.name; })) continue;
+    if (std::find(kScriptVars.begin(), kScriptVars.end(), name) != kScriptVars.end()) continue;
     UnknownEnvVar u{std::string(name), eq == std::string_view::npos ? std::string() : std::string(entry.substr(eq + 1)), ""};
     const std::string key = upper(u.name);
     size_t best = 4;  // suggest only a name at most 3 edits away; on a tie, the first by name

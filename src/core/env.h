@@ -63,7 +63,7 @@ struct UnknownEnvVar {
 };
 
 /// Every variable of the environment whose name starts with "MINFER_" (in any case) and is not
-/// in the table, sorted by name.
+/// in the table, sorted by name. MINFER_CUDA_ARCHS, which the build scripts read, is not one.
 std::vector<UnknownEnvVar> env_unknown();
 
 /// The warning for an unknown variable, one line without the "minfer: warning: " prefix, e.g.
