@@ -42,9 +42,8 @@ std::vector<TensorType> matrix_types(int64_t k) {
 }  // namespace
 
 CudaBackend::CudaBackend() : ctx_(CudaContext::instance()) {
-  attn_chunk_ = env_int("MINFER_CUDA_ATTN_CHUNK", 0);  // before anything is allocated
+  attn_chunk_ = env_int("MINFER_CUDA_ATTN_CHUNK", 0);  // before anything is allocated; >= 0 (the env table's range)
   flash_attn_ = !env_flag("MINFER_CUDA_NO_FLASH_ATTN");
-  if (attn_chunk_ < 0) fail("environment variable MINFER_CUDA_ATTN_CHUNK={} must be 0 (auto) or a cell count", attn_chunk_);
   check_latched("creating a CUDA backend");
   cudaError_t e = cudaSetDevice(ctx_.info().device);
   if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
