@@ -46,6 +46,9 @@ TEST(Cli, SynthesizedQwen25HalfBRunsAndChatsEndToEnd) {
   for (size_t p = r.out.find("generated"); p != std::string::npos; p = r.out.find("generated", p + 1)) ++turns;
   EXPECT_EQ(turns, 2u) << r.out;
   EXPECT_NE(r.out.find("reused)"), std::string::npos) << r.out;
+  size_t stops = 0;  // each turn says why it ended, as run does
+  for (size_t p = r.out.find("| stop: "); p != std::string::npos; p = r.out.find("| stop: ", p + 1)) ++stops;
+  EXPECT_EQ(stops, 2u) << r.out;
   EXPECT_EQ(r.out.find(" 0 reused"), r.out.rfind(" 0 reused")) << "the second turn reused nothing:\n" << r.out;
 }
 

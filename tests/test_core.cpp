@@ -248,10 +248,11 @@ TEST(Env, IntegersOutsideTheirRangeOrSetAreRefusedNamingWhatIsAllowed) {
 
 TEST(Env, UnknownMinferVariablesAreFoundWithTheNearestKnownName) {
   EnvOverride graphs("MINFER_NO_CUDA_GRAPHS", "1"), threads("MINFER_TRHEADS", "2"), log("minfer_log", "debug"),
-      other("MINFER_COMPLETELY_DIFFERENT", "x"), known("MINFER_NO_MMQ", "1"), script("MINFER_CUDA_ARCHS", "90a");
+      other("MINFER_COMPLETELY_DIFFERENT", "x"), known("MINFER_NO_MMQ", "1"), script("MINFER_CUDA_ARCHS", "90a"),
+      short_name("MINFER_FOO", "1");
   // Only the ones set here are compared: whoever runs the tests may have set others.
-  const std::vector<std::string> set_here = {"MINFER_COMPLETELY_DIFFERENT", "MINFER_NO_CUDA_GRAPHS", "MINFER_TRHEADS",
-                                             "minfer_log"};
+  const std::vector<std::string> set_here = {"MINFER_COMPLETELY_DIFFERENT", "MINFER_FOO", "MINFER_NO_CUDA_GRAPHS",
+                                             "MINFER_TRHEADS", "minfer_log"};
   std::vector<std::string> found;
   for (const UnknownEnvVar& u : env_unknown()) {
     EXPECT_NE(u.name, "MINFER_NO_MMQ");      // in the table
@@ -260,7 +261,9 @@ TEST(Env, UnknownMinferVariablesAreFoundWithTheNearestKnownName) {
       found.push_back(u.name + "=" + u.value + " -> " + u.suggestion);
   }
   // Sorted by name (byte order: upper case first); the edit distance ignores case.
-  EXPECT_EQ(found, (std::vector<std::string>{"MINFER_COMPLETELY_DIFFERENT=x -> ", "MINFER_NO_CUDA_GRAPHS=1 -> MINFER_NO_CUDA_GRAPH",
+  // MINFER_FOO is 2 edits from MINFER_LOG, too many for a 3-letter name: no suggestion.
+  EXPECT_EQ(found, (std::vector<std::string>{"MINFER_COMPLETELY_DIFFERENT=x -> ", "MINFER_FOO=1 -> ",
+                                             "MINFER_NO_CUDA_GRAPHS=1 -> MINFER_NO_CUDA_GRAPH",
                                              "MINFER_TRHEADS=2 -> MINFER_THREADS", "minfer_log=debug -> MINFER_LOG"}));
   EXPECT_EQ(env_unknown_message({"MINFER_NO_CUDA_GRAPHS", "1", "MINFER_NO_CUDA_GRAPH"}),
             "environment variable MINFER_NO_CUDA_GRAPHS is unknown and ignored; did you mean MINFER_NO_CUDA_GRAPH? "

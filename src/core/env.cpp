@@ -219,9 +219,12 @@ std::vector<UnknownEnvVar> env_unknown() {
     if (std::find(kScriptVars.begin(), kScriptVars.end(), name) != kScriptVars.end()) continue;
     UnknownEnvVar u{std::string(name), eq == std::string_view::npos ? std::string() : std::string(entry.substr(eq + 1)), ""};
     const std::string key = upper(u.name);
-    size_t best = 4;  // suggest only a name at most 3 edits away; on a tie, the first by name
+    // Suggest only a name at most 3 edits away and closer than half the length of the part after
+    // "MINFER_" (MINFER_FOO is not a misspelled MINFER_LOG); on a tie, the first by name.
+    const size_t suffix = key.size() > 7 ? key.size() - 7 : 0;
+    size_t best = 4;
     for (const EnvVar& v : kTable)
-      if (const size_t d = edit_distance(key, v.name); d < best) best = d, u.suggestion = v.name;
+      if (const size_t d = edit_distance(key, v.name); d < best && 2 * d < suffix) best = d, u.suggestion = v.name;
     out.push_back(std::move(u));
   }
   std::sort(out.begin(), out.end(), [](const UnknownEnvVar& a, const UnknownEnvVar& b) { return a.name < b.name; });

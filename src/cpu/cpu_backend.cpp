@@ -74,7 +74,9 @@ CpuBackend::~CpuBackend() {
   for (Buffer& b : buffers_) std::free(b.ptr);
 }
 
-std::string CpuBackend::describe() const { return fmt::format("cpu ({} threads)", pool_.size()); }
+std::string CpuBackend::describe() const {
+  return fmt::format("cpu ({} thread{})", pool_.size(), pool_.size() == 1 ? "" : "s");
+}
 
 bool CpuBackend::supports_fused(Op op) const {
   return op == Op::SwiGLU || op == Op::FusedFFN || op == Op::FusedQKV;

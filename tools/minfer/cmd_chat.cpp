@@ -91,8 +91,10 @@ void chat(const ChatArgs& a) {
     std::fputc('\n', stdout);
     std::fflush(stdout);
     msgs.push_back({"assistant", reply});
-    std::fprintf(stderr, "minfer: prompt %d new tokens (%d reused), %.1f t/s | generated %d tokens, %.1f t/s\n",
-                 st.prompt_tokens, st.reused_tokens, st.prefill_tps(), st.generated_tokens, st.decode_tps());
+    std::fprintf(stderr,
+                 "minfer: prompt %d new tokens (%d reused), %.1f t/s | generated %d tokens, %.1f t/s | stop: %s\n",
+                 st.prompt_tokens, st.reused_tokens, st.prefill_tps(), st.generated_tokens, st.decode_tps(),
+                 st.stop_reason.c_str());
   }
 }
 
