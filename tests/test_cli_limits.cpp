@@ -116,6 +116,20 @@ TEST(CliLimits, bench_pg_takes_a_pair_and_reports_it) {
   EXPECT_NE(r.out.find("pp4+tg1"), std::string::npos) << r.out;
 }
 
+// bench's KV type follows MINFER_CACHE_TYPE (any case) when -ctk is not given, as run's does.
+TEST(CliLimits, bench_takes_the_cache_type_from_the_environment_unless_ctk_is_given) {
+  const std::string cmd = " " + test::minfer_bin() + " bench -m " + model() + " -p 0 -n 1 -r 1 -t 1 -o jsonl";
+  Result r = sh("env MINFER_CACHE_TYPE=Q8_0" + cmd);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("\"type_k\":\"q8_0\""), std::string::npos) << r.out;
+  r = sh("env MINFER_CACHE_TYPE=q8_0" + cmd + " -ctk f32");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("\"type_k\":\"f32\""), std::string::npos) << r.out;
+  r = sh("env -u MINFER_CACHE_TYPE" + cmd);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("\"type_k\":\"f16\""), std::string::npos) << r.out;
+}
+
 TEST(CliLimits, bench_rejects_malformed_lists_naming_the_option_and_the_whole_value) {
   const std::string bench = "bench -m " + model() + " -r 1 -t 1 ";
   expect_one_line_error(bench + "-pg 8,x", "-pg value 'x' is not an integer (in '8,x')");

@@ -189,6 +189,21 @@ TEST(CliUsage, environment_variables_outside_their_allowed_values_are_refused_wh
   EXPECT_EQ(r.out.find("MINFER_"), std::string::npos) << r.out;
 }
 
+// Only a real help or version request skips the check: "-h" or "--version" as an option's value
+// is an argument like any other.
+TEST(CliUsage, a_help_flag_given_as_a_value_does_not_skip_the_environment_check) {
+  const std::string error = "minfer: error: environment variable MINFER_NO_MMQ=2 is not a boolean";
+  for (const std::string& args : {std::string(" run -m ") + kNoModel + " -p -h", std::string(" run -m ") + kNoModel + " -p --version",
+                                  std::string(" chat -m ") + kNoModel + " --system -h"}) {
+    const Result r = test::run_shell("MINFER_NO_MMQ=2 timeout 60 " + test::minfer_bin() + args + " < /dev/null");
+    EXPECT_EQ(r.status, 1) << args << "\n" << r.out;
+    EXPECT_EQ(r.out.rfind(error, 0), 0u) << args << "\n" << r.out;
+  }
+  const Result help = test::run_shell("MINFER_NO_MMQ=2 timeout 60 " + test::minfer_bin() + " run --help");
+  EXPECT_EQ(help.status, 0) << help.out;
+  EXPECT_NE(help.out.find("--prompt"), std::string::npos) << help.out;
+}
+
 TEST(CliUsage, a_misspelled_environment_variable_is_warned_about_with_the_nearest_name) {
   const std::string warning =
       "minfer: warning: environment variable MINFER_NO_CUDA_GRAPHS is unknown and ignored; did you mean "

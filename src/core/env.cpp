@@ -21,7 +21,7 @@ namespace {
 // choices (and, for an Int, its range) are what env_check accepts and what the accessors return:
 // a reader never sees a value outside them.
 constexpr std::array kTable = {
-    EnvVar{"MINFER_CACHE_TYPE", "", "KV cache format when --cache-type is not given: f32, f16 or q8_0", EnvKind::Text,
+    EnvVar{"MINFER_CACHE_TYPE", "", "KV cache format when --cache-type (bench: -ctk) is not given: f32, f16 or q8_0", EnvKind::Text,
            "f32|f16|q8_0"},
     EnvVar{"MINFER_CUDA_ATTN_CHUNK", "0",
            "tuning: KV cells per range of the CUDA decode attention (0: chosen from the window and the SM count)", EnvKind::Int,

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/printable.h"
 #include "core/log.h"
@@ -32,7 +33,7 @@ struct BenchArgs {
   std::vector<std::string> threads;
   std::vector<std::string> n_batch{"2048"};
   std::vector<std::string> n_ubatch{"512"};
-  std::vector<std::string> ctk{"f16"};
+  std::vector<std::string> ctk;  ///< empty: MINFER_CACHE_TYPE, else f16 (as run's --cache-type)
   std::vector<std::string> ctv;
   std::vector<std::string> depth{"0"};
   std::vector<std::string> devices{"cpu"};
@@ -247,8 +248,13 @@ void bench(const BenchArgs& a) {
     for (const auto& [p, n] : pgs) tests.push_back({p, n, depth});
   }
   if (tests.empty()) fail("bench: no tests to run (-p and -n are all 0 and no -pg was given)");
-  const auto ctv = split_list(a.ctv.empty() ? a.ctk : a.ctv, "-ctv");
-  const auto ctk = split_list(a.ctk, "-ctk");
+  std::vector<std::string> ctk_given = a.ctk;
+  if (ctk_given.empty()) {
+    const std::string env = env_choice("MINFER_CACHE_TYPE");
+    ctk_given.push_back(env.empty() ? "f16" : env);
+  }
+  const auto ctv = split_list(a.ctv.empty() ? ctk_given : a.ctv, "-ctv");
+  const auto ctk = split_list(ctk_given, "-ctk");
   for (const auto& k : ctk) (void)parse_kv_type(k);
   for (const auto& v : ctv) (void)parse_kv_type(v);
   std::vector<int> thread_list;
@@ -345,7 +351,8 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("-t,--threads", a->threads, "CPU threads (list; default: all cores)");
   cmd->add_option("-b,--batch-size", a->n_batch, "tokens per decode call (list)")->capture_default_str();
   cmd->add_option("--ubatch-size", a->n_ubatch, "tokens per forward pass (list; also -ub)")->capture_default_str();
-  cmd->add_option("--cache-type-k", a->ctk, "KV cache type: f32, f16, q8_0 (list; also -ctk)")->capture_default_str();
+  cmd->add_option("--cache-type-k", a->ctk,
+                  "KV cache type: f32, f16, q8_0 (list; also -ctk; default: $MINFER_CACHE_TYPE or f16)");
   cmd->add_option("--cache-type-v", a->ctv, "must equal the K type (list; also -ctv)");
   cmd->add_option("--device", a->devices, "cpu or cuda (list)")->capture_default_str();
   cmd->add_option("-o,--output", a->output, "md, json, jsonl or csv")->capture_default_str();

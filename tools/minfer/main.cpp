@@ -79,15 +79,16 @@ int main(int argc, char** argv) {
   }
   const auto command = find_command(given);
   const std::string command_name = command != given.end() ? *command : std::string();
-  // Every MINFER_* variable that is set is parsed now, so a malformed one is refused before any
-  // work; not for `minfer env` (it lists them as set) nor for help and version output.
-  const bool skip_env_check = command_name == "env" || std::any_of(given.begin(), given.end(), [](const std::string& a) {
-                                return a == "-h" || a == "--help" || a == "--version";
-                              });
+  // Every MINFER_* variable that is set is parsed once the command line is (CLI11 runs this after
+  // help, version, required options and extras, before the command's own callback), so a malformed
+  // one is refused before any work; not for `minfer env` (it lists them as set), and help and
+  // version output never get here (an argument "-h" that is an option's value does).
+  app.parse_complete_callback([&command_name] {
+    if (command_name != "env") minfer::env_check();
+  });
   args.erase(args.begin());                 // CLI11 wants the arguments without the program name,
   std::reverse(args.begin(), args.end());  // in reverse order
   try {
-    if (!skip_env_check) minfer::env_check();
     app.parse(args);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);  // --help: the usage text, exit 0
