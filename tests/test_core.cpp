@@ -165,6 +165,13 @@ TEST(Env, TextChoicesAreCheckedAtStartInAnyCaseAndReadInLowerCase) {
             "environment variable MINFER_SIMD=sse9 is not one of auto, scalar, avx2, avx512");
   EXPECT_EQ(env_check_error("MINFER_CACHE_TYPE", "q4_0"),
             "environment variable MINFER_CACHE_TYPE=q4_0 is not one of f32, f16, q8_0");
+  // White space at either end is shown in quotes, a long value is cut.
+  EXPECT_EQ(env_check_error("MINFER_LOG", "debug "),
+            "environment variable MINFER_LOG=\"debug \" is not one of error, warn, info, debug");
+  EXPECT_EQ(env_check_error("MINFER_THREADS", " 2"), "environment variable MINFER_THREADS=\" 2\" is not an integer");
+  EXPECT_EQ(env_check_error("MINFER_NO_MMQ", std::string(100, 'y')),
+            "environment variable MINFER_NO_MMQ=" + std::string(60, 'y') +
+                "... (100 characters) is not a boolean (use 1 or 0; true/false, yes/no, on/off)");
   EXPECT_EQ(env_check_error("MINFER_LOG", "DEBUG"), "(no error)");
   EXPECT_EQ(env_check_error("MINFER_SIMD", "AVX2"), "(no error)");
   EXPECT_EQ(env_check_error("MINFER_CACHE_TYPE", "Q8_0"), "(no error)");

@@ -138,6 +138,19 @@ std::string upper(std::string s) {
   return s;
 }
 
+/// A value as an error message shows it: quoted when it is empty or starts or ends with white
+/// space (`MINFER_LOG="debug "` must not read as "debug is not debug"), cut after 60 characters
+/// (a pasted file must not flood the one error line).
+std::string shown(std::string_view v) {
+  constexpr size_t kMax = 60;
+  std::string out(v.substr(0, kMax));
+  const bool quote = v.empty() || std::isspace(static_cast<unsigned char>(v.front())) != 0 ||
+                     std::isspace(static_cast<unsigned char>(v.back())) != 0;
+  if (quote) out = "\"" + out + (v.size() > kMax ? "" : "\"");
+  if (v.size() > kMax) out += fmt::format("... ({} characters)", v.size());
+  return out;
+}
+
 /// Refuses a gate read with the wrong accessor (an internal error: the table row is wrong).
 void check_kind(std::string_view name, EnvKind want) {
   if (row(name).kind != want)
@@ -168,7 +181,8 @@ bool env_flag(std::string_view name) {
   const std::string v = lower(env_string(name));
   if (v == "1" || v == "true" || v == "yes" || v == "on") return true;
   if (v.empty() || v == "0" || v == "false" || v == "no" || v == "off") return false;
-  fail("environment variable {}={} is not a boolean (use 1 or 0)", name, env_string(name));
+  fail("environment variable {}={} is not a boolean (use 1 or 0; true/false, yes/no, on/off)", name,
+       shown(env_string(name)));
 }
 
 int64_t env_int(std::string_view name, int64_t fallback) {
@@ -179,9 +193,9 @@ int64_t env_int(std::string_view name, int64_t fallback) {
   int64_t out = 0;
   auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
   if (p != v.data() + v.size() || (ec != std::errc() && ec != std::errc::result_out_of_range))
-    fail("environment variable {}={} is not an integer", name, v);
+    fail("environment variable {}={} is not an integer", name, shown(v));
   if (ec == std::errc::result_out_of_range || out < r.min || out > r.max)
-    fail("environment variable {}={} is out of range (allowed: {})", name, v, int_allowed(r));
+    fail("environment variable {}={} is out of range (allowed: {})", name, shown(v), int_allowed(r));
   if (r.choices != nullptr) {
     const auto choices = choices_of(r);
     const auto is_out = [&](std::string_view c) {
@@ -190,7 +204,7 @@ int64_t env_int(std::string_view name, int64_t fallback) {
       return cec == std::errc() && cp == c.data() + c.size() && n == out;
     };
     if (std::none_of(choices.begin(), choices.end(), is_out))
-      fail("environment variable {}={} is not one of {}", name, v, choice_list(r));
+      fail("environment variable {}={} is not one of {}", name, shown(v), choice_list(r));
   }
   return out;
 }
@@ -204,7 +218,7 @@ std::string env_choice(std::string_view name) {
   if (v.empty()) return lower(r.default_value);
   const auto choices = choices_of(r);
   if (std::none_of(choices.begin(), choices.end(), [&](std::string_view c) { return c == v; }))
-    fail("environment variable {}={} is not one of {}", name, env_string(name), choice_list(r));
+    fail("environment variable {}={} is not one of {}", name, shown(env_string(name)), choice_list(r));
   return v;
 }
 
