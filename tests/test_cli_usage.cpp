@@ -223,6 +223,21 @@ TEST(CliUsage, a_misspelled_environment_variable_is_warned_about_with_the_neares
   EXPECT_EQ(env.out.find("warning"), std::string::npos) << env.out;
 }
 
+// `minfer env` lists a malformed value as set (exit 0) and says, under it, why other commands
+// refuse it; a valid value gets no such line.
+TEST(CliUsage, env_marks_the_values_other_commands_refuse) {
+  const Result env = test::run_shell("MINFER_LOG=verbose MINFER_NO_MMQ=1 timeout 60 " + test::minfer_bin() + " env");
+  EXPECT_EQ(env.status, 0) << env.out;
+  EXPECT_NE(env.out.find("\nMINFER_LOG                   = verbose   log level"), std::string::npos) << env.out;
+  EXPECT_NE(env.out.find("\n                               invalid: environment variable MINFER_LOG=verbose is not one "
+                         "of error, warn, info, debug (other commands refuse it)\n"),
+            std::string::npos)
+      << env.out;
+  size_t invalid = 0;
+  for (size_t p = env.out.find("invalid: "); p != std::string::npos; p = env.out.find("invalid: ", p + 1)) ++invalid;
+  EXPECT_EQ(invalid, 1u) << env.out;
+}
+
 TEST(CliUsage, a_usage_error_points_to_the_commands_own_help) {
   expect_one_line_error("run -p hi", "(see 'minfer run --help')");
   expect_one_line_error("bench -m " + kNoModel + " --bogus", "(see 'minfer bench --help')");

@@ -5,15 +5,33 @@
 
 #include "commands.h"
 #include "core/env.h"
+#include "core/error.h"
 #include "core/printable.h"
 
 namespace minfer::cli {
+namespace {
+
+/// Why every other command would refuse the value of `v` (the check env_check makes), or "".
+std::string problem(const EnvVar& v) {
+  try {
+    if (v.kind == EnvKind::Flag) (void)env_flag(v.name);
+    if (v.kind == EnvKind::Int) (void)env_int(v.name, 0);
+    if (v.kind == EnvKind::Text && v.choices != nullptr) (void)env_choice(v.name);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return {};
+}
+
+}  // namespace
 
 void add_env_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("env", "List the MINFER_* environment variables and their values");
   cmd->callback([] {
     for (const EnvVar& v : env_table()) {
       std::printf("%-28s = %-8s  %s\n", v.name, printable(env_string(v.name)).c_str(), v.meaning);
+      if (const std::string why = problem(v); !why.empty())
+        std::printf("%-28s   invalid: %s (other commands refuse it)\n", "", printable(why).c_str());
     }
     for (const UnknownEnvVar& u : env_unknown()) {
       const std::string hint = u.suggestion.empty() ? "" : "; did you mean " + u.suggestion + "?";
