@@ -261,10 +261,17 @@ TEST_F(Quantize, requantizing_is_allowed_and_reported) {
   ASSERT_EQ(r.requantized_from.size(), 1u);
   EXPECT_EQ(r.requantized_from[0], T::Q8_0);
   EXPECT_NO_THROW(Model::load(out("q8-q4.gguf").string()));
+  EXPECT_TRUE(r.dequantized_from.empty());
   // q8_0 -> q8_0 changes nothing: every tensor copied.
   const QuantizeReport same = quantize(q8, out("q8-q8.gguf"), "q8_0");
   EXPECT_EQ(same.n_copied, same.n_tensors);
   EXPECT_TRUE(same.requantized_from.empty());
+  EXPECT_TRUE(same.dequantized_from.empty());
+  // q8_0 -> f16 is no requantization: the values are written as floats.
+  const QuantizeReport up = quantize(q8, out("q8-f16.gguf"), "f16");
+  EXPECT_TRUE(up.requantized_from.empty());
+  ASSERT_EQ(up.dequantized_from.size(), 1u);
+  EXPECT_EQ(up.dequantized_from[0], T::Q8_0);
 }
 
 TEST(QuantizeFallback, rows_not_divisible_by_256_get_the_fallback_type_and_a_note) {

@@ -89,10 +89,10 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
       if (src == nullptr || src->dequantize_row == nullptr)
         fail("{}: tensor {} has type {}, which minfer cannot dequantize (to write it as {})",
              opt.input, t.name, type_name(t.type), type_name(type));
-      if (src->quantized &&
-          std::find(rep.requantized_from.begin(), rep.requantized_from.end(), t.type) ==
-              rep.requantized_from.end())
-        rep.requantized_from.push_back(t.type);
+      const TypeTraits* out_traits = find_type_traits(type);
+      std::vector<TensorType>& seen =
+          out_traits != nullptr && out_traits->quantized ? rep.requantized_from : rep.dequantized_from;
+      if (src->quantized && std::find(seen.begin(), seen.end(), t.type) == seen.end()) seen.push_back(t.type);
       const size_t src_row = row_bytes(t.type, t.ne[0]);
       const uint8_t* base = t.data;
       const int64_t n = t.ne[0];
@@ -110,13 +110,19 @@ QuantizeReport quantize_model(const QuantizeOptions& opt) {
   if (rep.n_fallback > 0)
     log_warn("{} of {} tensors needed a fallback type (row length not a multiple of the block size)",
              rep.n_fallback, rep.n_tensors);
-  if (!rep.requantized_from.empty()) {
-    std::string types;
-    for (TensorType t : rep.requantized_from) types += (types.empty() ? "" : ", ") + std::string(type_name(t));
+  const auto type_list = [](const std::vector<TensorType>& ts) {
+    std::string out;
+    for (TensorType t : ts) out += (out.empty() ? "" : ", ") + std::string(type_name(t));
+    return out;
+  };
+  if (!rep.requantized_from.empty())
     log_warn("{}: requantizing tensors that are already quantized ({}): the result carries both "
              "rounding errors; quantize from an f32/f16/bf16 file when you have one",
-             opt.input, types);
-  }
+             opt.input, type_list(rep.requantized_from));
+  if (!rep.dequantized_from.empty())
+    log_warn("{}: tensors that are quantized ({}) are written as floats: they keep that quantization's "
+             "error (this does not restore the original model's precision)",
+             opt.input, type_list(rep.dequantized_from));
 
   // Metadata: every key as it is, then the two keys llama-quantize sets (removed first so they
   // land at the end, where gguf_set_val_u32 puts them).

@@ -32,9 +32,12 @@ struct QuantizeReport {
   /// One line per tensor that needed a fallback type, e.g. "blk.0.attn_q.weight: row length
   /// 896 is not a multiple of 256 (the q4_K block); written as q5_0". Also logged as warnings.
   std::vector<std::string> fallback_notes;
-  /// Quantized input types that had to be dequantized (requantization loses precision; the
-  /// command warns about it).
+  /// Quantized input types whose tensors were written in another quantized type (requantization
+  /// adds a second rounding error; the command warns about it).
   std::vector<TensorType> requantized_from;
+  /// Quantized input types whose tensors were written as f32/f16/bf16: the values keep the source's
+  /// quantization error (the command says so; no second quantization happens).
+  std::vector<TensorType> dequantized_from;
 };
 
 /// Quantizes `opt.input` to `opt.output`.
