@@ -6,7 +6,6 @@
 #include <bit>
 #include <cmath>
 #include <cstdlib>
-#include <functional>
 #include <limits>
 #include <optional>
 #include <string>
@@ -20,6 +19,7 @@
 #include "core/thread_pool.h"
 #include "core/types.h"
 #include "cpu/simd/cpu_features.h"
+#include "gguf_test_util.h"
 #include "kv/kv_cache.h"
 
 namespace minfer {
@@ -48,20 +48,16 @@ class EnvOverride {
   std::optional<std::string> old_;
 };
 
-/// The message of the minfer::Error that `f` throws, or "(no error)".
-std::string error_of(const std::function<void()>& f) {
+/// The message env_check() gives with `name` set to `value` (and nothing else changed), or
+/// "(no error)".
+std::string env_check_error(const char* name, const std::string& value) {
+  EnvOverride set(name, value);
   try {
-    f();
+    env_check();
   } catch (const Error& e) {
     return e.what();
   }
   return "(no error)";
-}
-
-/// The message env_check() gives with `name` set to `value` (and nothing else changed).
-std::string env_check_error(const char* name, const std::string& value) {
-  EnvOverride set(name, value);
-  return error_of([] { env_check(); });
 }
 
 const EnvVar& table_row(std::string_view name) {
@@ -192,7 +188,7 @@ TEST(Env, TextChoicesAreCheckedAtStartInAnyCaseAndReadInLowerCase) {
   }
   // Free text is never checked, and is not a choice.
   EXPECT_EQ(env_check_error("MINFER_SHARED_DIR", "Any Text / at all"), "(no error)");
-  EXPECT_EQ(error_of([] { env_choice("MINFER_SHARED_DIR"); }),
+  EXPECT_EQ(test::error_of([] { env_choice("MINFER_SHARED_DIR"); }),
             "internal error: environment variable MINFER_SHARED_DIR is free text, not a choice (src/core/env.cpp)");
 }
 
@@ -215,7 +211,7 @@ TEST(Env, EveryTextChoiceIsOneItsReaderUnderstands) {
   EXPECT_EQ(parse_kv_type("f32"), TensorType::F32);
   EXPECT_EQ(parse_kv_type("f16"), TensorType::F16);
   EXPECT_EQ(parse_kv_type("q8_0"), TensorType::Q8_0);
-  EXPECT_EQ(error_of([] { log_level_from_name("verbose"); }), "'verbose' is not a log level (error, warn, info, debug)");
+  EXPECT_EQ(test::error_of([] { log_level_from_name("verbose"); }), "'verbose' is not a log level (error, warn, info, debug)");
 }
 
 TEST(Env, IntegersOutsideTheirRangeOrSetAreRefusedNamingWhatIsAllowed) {
@@ -298,7 +294,7 @@ TEST(Env, UnknownMinferVariablesAreFoundWithTheNearestKnownName) {
 TEST(ThreadPool, DefaultThreadCountRefusesANegativeMinferThreads) {
   setenv("MINFER_THREADS", "-1", 1);
   env_reload();
-  EXPECT_EQ(error_of([] { default_thread_count(); }),
+  EXPECT_EQ(test::error_of([] { default_thread_count(); }),
             "environment variable MINFER_THREADS=-1 is out of range (allowed: 0 or more)");
   setenv("MINFER_THREADS", "3", 1);
   env_reload();

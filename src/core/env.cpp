@@ -250,13 +250,15 @@ std::string env_unknown_message(const UnknownEnvVar& v) {
   return fmt::format("environment variable {} is unknown and ignored{} ('minfer env' lists the known ones)", v.name, hint);
 }
 
+void env_check_value(const EnvVar& v) {
+  if (v.kind == EnvKind::Flag) (void)env_flag(v.name);
+  if (v.kind == EnvKind::Int) (void)env_int(v.name, 0);
+  if (v.kind == EnvKind::Text && v.choices != nullptr) (void)env_choice(v.name);
+}
+
 void env_check() {
-  for (const EnvVar& v : kTable) {
-    if (std::getenv(v.name) == nullptr) continue;
-    if (v.kind == EnvKind::Flag) env_flag(v.name);
-    if (v.kind == EnvKind::Int) env_int(v.name, 0);
-    if (v.kind == EnvKind::Text && v.choices != nullptr) env_choice(v.name);
-  }
+  for (const EnvVar& v : kTable)
+    if (std::getenv(v.name) != nullptr) env_check_value(v);
   for (const UnknownEnvVar& u : env_unknown()) log_warn("{}", env_unknown_message(u));
 }
 

@@ -57,8 +57,8 @@ std::string env_choice(std::string_view name);
 struct UnknownEnvVar {
   std::string name;        ///< as set, e.g. "MINFER_NO_CUDA_GRAPHS"
   std::string value;       ///< its value
-  /// The table name nearest to `name` in upper case (edit distance <= 3; on a tie the first by
-  /// name), or "" when none is that near.
+  /// The table name nearest to `name` in upper case (at most 3 edits, and fewer than half the
+  /// length of the part after "MINFER_"; on a tie the first by name), or "" when none is that near.
   std::string suggestion;
 };
 
@@ -78,6 +78,11 @@ std::string env_unknown_message(const UnknownEnvVar& v);
 /// value and what is allowed, as env_flag / env_int / env_choice would. Then logs one warning
 /// (env_unknown_message) for each unknown MINFER_* variable; those never fail.
 void env_check();
+
+/// Parses the value of one table variable by its kind, as env_check does for each one that is
+/// set (flags, integers with their ranges, text with its choices; free text is not parsed).
+/// Throws the accessor's minfer::Error for a malformed value.
+void env_check_value(const EnvVar& v);
 
 /// Forgets the cached values so the next read sees the current environment (tests only).
 void env_reload();

@@ -13,13 +13,13 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
-#include "core/env.h"
 #include "core/error.h"
 #include "core/printable.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
 #include "gguf/gguf.h"
+#include "options.h"
 #include "quant/quant.h"
 
 namespace minfer::cli {
@@ -248,11 +248,7 @@ void bench(const BenchArgs& a) {
     for (const auto& [p, n] : pgs) tests.push_back({p, n, depth});
   }
   if (tests.empty()) fail("bench: no tests to run (-p and -n are all 0 and no -pg was given)");
-  std::vector<std::string> ctk_given = a.ctk;
-  if (ctk_given.empty()) {
-    const std::string env = env_choice("MINFER_CACHE_TYPE");
-    ctk_given.push_back(env.empty() ? "f16" : env);
-  }
+  const std::vector<std::string> ctk_given = a.ctk.empty() ? std::vector<std::string>{default_cache_type()} : a.ctk;
   const auto ctv = split_list(a.ctv.empty() ? ctk_given : a.ctv, "-ctv");
   const auto ctk = split_list(ctk_given, "-ctk");
   for (const auto& k : ctk) (void)parse_kv_type(k);

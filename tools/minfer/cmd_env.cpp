@@ -14,9 +14,7 @@ namespace {
 /// Why every other command would refuse the value of `v` (the check env_check makes), or "".
 std::string problem(const EnvVar& v) {
   try {
-    if (v.kind == EnvKind::Flag) (void)env_flag(v.name);
-    if (v.kind == EnvKind::Int) (void)env_int(v.name, 0);
-    if (v.kind == EnvKind::Text && v.choices != nullptr) (void)env_choice(v.name);
+    env_check_value(v);
   } catch (const Error& e) {
     return e.what();
   }

@@ -13,6 +13,11 @@
 
 namespace minfer::cli {
 
+std::string default_cache_type() {
+  const std::string env = env_choice("MINFER_CACHE_TYPE");
+  return env.empty() ? "f16" : env;
+}
+
 void ModelArgs::add(CLI::App* cmd) {
   cmd->add_option("-m,--model", model, "GGUF model file")->required();
   cmd->add_option("--device", device, "cpu or cuda")->capture_default_str();
@@ -29,9 +34,7 @@ EngineConfig ModelArgs::engine_config() const {
   if (ctx < 0) fail("context size {} is negative", ctx);
   c.n_ctx = ctx;
   c.n_ubatch = ubatch;
-  std::string kv = cache_type.empty() ? env_choice("MINFER_CACHE_TYPE") : cache_type;
-  if (kv.empty()) kv = "f16";
-  c.kv_type = parse_kv_type(kv);
+  c.kv_type = parse_kv_type(cache_type.empty() ? default_cache_type() : cache_type);
   return c;
 }
 

@@ -15,6 +15,10 @@
 
 namespace minfer::cli {
 
+/// The KV cache type name used when no option names one: MINFER_CACHE_TYPE (lower case), else
+/// "f16". Shared by --cache-type (run, chat, perplexity) and bench's -ctk.
+std::string default_cache_type();
+
 struct ModelArgs {
   std::string model;
   std::string device = "cpu";
