@@ -72,6 +72,18 @@ size_t norm_scratch_bytes(const Node& n, int64_t k, int64_t nt) {
   return n.p.has_norm ? align_up(static_cast<size_t>(k * nt) * sizeof(float)) : 0;
 }
 
+/// True when the whole FFN runs on the f16 tensor cores (ffn_f16): gate and up of one type,
+/// both it and the down type picked by f16_gemm_serves, ff a multiple of 8.
+bool ffn_f16_serves(TensorType tg, TensorType tu, TensorType td, int64_t k, int64_t ff, int64_t nt) {
+  return tg == tu && ff % 8 == 0 && f16_gemm_serves(tg, k, nt) && f16_gemm_serves(td, ff, nt);
+}
+
+/// Scratch of the f16 tensor-core products (matmul_f16) of m x k weights of `type` over nt
+/// tokens, when f16_gemm_serves picks them; 0 otherwise.
+size_t f16_scratch(TensorType type, int64_t k, int64_t m, int64_t nt) {
+  return f16_gemm_serves(type, k, nt) ? align_up(f16_gemm_scratch_bytes(type, k, m, nt)) : 0;
+}
+
 }  // namespace
 
 bool CudaBackend::supports_fused(Op op) const {
@@ -158,7 +170,7 @@ size_t CudaBackend::node_scratch_bytes(const Graph& g, const Node& n) const {
       const int64_t k = w.ne[0], nt = src(g, n, 1).n_elements() / k;
       size_t b = align_up(quantized_activation_bytes(w.type, k, nt));
       if (n.op == Op::MatMulAdd) b += align_up(static_cast<size_t>(w.ne[1] * nt) * sizeof(float));  // unfused product
-      return b;
+      return b + f16_scratch(w.type, k, w.ne[1], nt);
     }
     case Op::FusedQKV: {
       const int64_t k = src(g, n, 0).ne[0], nt = src(g, n, 0).n_elements() / k;
@@ -168,7 +180,9 @@ size_t CudaBackend::node_scratch_bytes(const Graph& g, const Node& n) const {
         for (int j = 1; j < i; ++j) seen = seen || src(g, n, j).type == src(g, n, i).type;
         if (!seen) b += align_up(quantized_activation_bytes(src(g, n, i).type, k, nt));
       }
-      return b + norm_scratch_bytes(n, k, nt);
+      size_t f16 = 0;
+      for (int i = 1; i <= 3; ++i) f16 = std::max(f16, f16_scratch(src(g, n, i).type, k, src(g, n, i).ne[1], nt));
+      return b + f16 + norm_scratch_bytes(n, k, nt);
     }
     case Op::FusedFFN: {
       const int64_t k = src(g, n, 0).ne[0], nt = src(g, n, 0).n_elements() / k;
@@ -181,7 +195,11 @@ size_t CudaBackend::node_scratch_bytes(const Graph& g, const Node& n) const {
       b += 2 * align_up(static_cast<size_t>(ff * nt) * sizeof(float));
       b += align_up(quantized_activation_bytes(wd.type, ff, nt));
       if (ffn_has_residual(n)) b += align_up(static_cast<size_t>(wd.ne[1] * nt) * sizeof(float));  // unfused product
-      return b + norm_scratch_bytes(n, k, nt);
+      size_t f16 = std::max({f16_scratch(wg.type, k, ff, nt), f16_scratch(wu.type, k, ff, nt),
+                             f16_scratch(wd.type, ff, wd.ne[1], nt)});
+      if (ffn_f16_serves(wg.type, wu.type, wd.type, k, ff, nt))
+        f16 = std::max(f16, align_up(ffn_f16_scratch_bytes(wg.type, wd.type, k, ff, wd.ne[1], nt)));
+      return b + f16 + norm_scratch_bytes(n, k, nt);
     }
     case Op::Attn: {
       const AttnShape s = attn_shape(g, n);
@@ -376,10 +394,36 @@ const float* norm_input(const OpArgs& a, std::initializer_list<TensorType> types
   return h;
 }
 
+/// Runs `outs` (weights of type t with rows of k, reading qx) on the f16 tensor cores when
+/// f16_gemm_serves picks them for n tokens, with their scratch at `cursor` (node_scratch_bytes
+/// reserves f16_scratch beyond every op's other parts); false, launching nothing, otherwise.
+bool f16_products(const OpArgs& a, TensorType t, int64_t k, const MatmulOut* outs, int n_outs, const void* qx,
+                  int64_t n, size_t cursor) {
+  if (!f16_gemm_serves(t, k, n)) return false;
+  int64_t m_max = 0;
+  for (int i = 0; i < n_outs; ++i) m_max = std::max(m_max, outs[i].m);
+  launched(matmul_f16(t, k, outs, n_outs, qx, n, a.scratch + cursor, f16_gemm_scratch_bytes(t, k, m_max, n),
+                      a.stream), a);
+  return true;
+}
+
+MatmulOut out_of(const void* w, int64_t m, float* y, const float* residual) {
+  MatmulOut o;
+  o.w = w;
+  o.m = m;
+  o.y = y;
+  o.ldy = m;
+  o.residual = residual;
+  o.ldr = residual != nullptr ? m : 0;
+  return o;
+}
+
 void op_matmul(const OpArgs& a) {
   const int64_t k = a.s(0).ne[0], n = a.s(1).n_elements() / k;
   size_t cursor = 0;
   const void* qx = quantize_into(a, a.s(0).type, a.in(1), k, n, &cursor);
+  const MatmulOut o = out_of(a.in<void>(0), a.s(0).ne[1], a.out(), nullptr);
+  if (f16_products(a, a.s(0).type, k, &o, 1, qx, n, cursor)) return;
   matmul_into(a, 0, a.in(1), qx, n, a.out(), a.s(0).ne[1]);
 }
 
@@ -403,13 +447,8 @@ void op_matmul_add(const OpArgs& a) {
   const int64_t k = a.s(0).ne[0], m = a.s(0).ne[1], n = a.s(1).n_elements() / k;
   size_t cursor = 0;
   const void* qx = quantize_into(a, t, a.in(1), k, n, &cursor);
-  MatmulOut o;
-  o.w = a.in<void>(0);
-  o.m = m;
-  o.y = a.out();
-  o.ldy = m;
-  o.residual = a.in(2);
-  o.ldr = m;
+  const MatmulOut o = out_of(a.in<void>(0), m, a.out(), a.in(2));
+  if (f16_products(a, t, k, &o, 1, qx, n, cursor)) return;
   if (matmul_fused_serves(t, k, &o, 1, n)) {
     launched(matmul_fused(t, k, &o, 1, qx, n, a.stream), a);
     return;
@@ -451,13 +490,15 @@ void op_fused_qkv(const OpArgs& a) {
       o.ldy = o.m;
       o.bias = a.n.p.has_bias ? a.in(4 + j) : nullptr;
     }
-    if (matmul_fused_serves(t, k, outs, n_outs, n)) {
+    const bool f16 = f16_gemm_serves(t, k, n);
+    if (f16 || matmul_fused_serves(t, k, outs, n_outs, n)) {
       for (int j = p; j < 3; ++j) {
         if (a.s(1 + j).type != t) continue;
         done[j] = true;
         qx[j] = qx[p];
       }
-      launched(matmul_fused(t, k, outs, n_outs, qx[p], n, a.stream), a);
+      if (!f16_products(a, t, k, outs, n_outs, qx[p], n, cursor))
+        launched(matmul_fused(t, k, outs, n_outs, qx[p], n, a.stream), a);
       continue;
     }
     for (int j = p; j < 3; ++j) {
@@ -484,6 +525,11 @@ void op_fused_ffn(const OpArgs& a) {
   const void* qg = nullptr;
   const float* x = norm_input(a, {tg, tu}, k, n, &cursor, &qg);
   if (qg == nullptr) qg = quantize_into(a, tg, x, k, n, &cursor);
+  if (ffn_f16_serves(tg, tu, td, k, ff, n)) {  // prefill: gate/up + SwiGLU, then down, on f16 tensor cores
+    launched(ffn_f16(tg, td, k, ff, m, a.in<void>(1), a.in<void>(2), a.in<void>(3), qg, n, a.out(), res,
+                     a.scratch + cursor, ffn_f16_scratch_bytes(tg, td, k, ff, m, n), a.stream), a);
+    return;
+  }
   auto* gate = reinterpret_cast<float*>(a.scratch + cursor);
   cursor += align_up(static_cast<size_t>(ff * n) * sizeof(float));
   if (tu == tg && matmul_fused_supported(tg, k, n)) {
@@ -492,18 +538,16 @@ void op_fused_ffn(const OpArgs& a) {
     const void* qu = same_activations(tu, tg) ? qg : quantize_into(a, tu, x, k, n, &cursor);
     auto* up = reinterpret_cast<float*>(a.scratch + cursor);
     cursor += align_up(static_cast<size_t>(ff * n) * sizeof(float));
-    matmul_into(a, 1, x, qg, n, gate, ff);
-    matmul_into(a, 2, x, qu, n, up, ff);
+    const MatmulOut gu[2] = {out_of(a.in<void>(1), ff, gate, nullptr), out_of(a.in<void>(2), ff, up, nullptr)};
+    if (tu != tg || !f16_products(a, tg, k, gu, 2, qg, n, cursor)) {
+      matmul_into(a, 1, x, qg, n, gate, ff);
+      matmul_into(a, 2, x, qu, n, up, ff);
+    }
     launched(swiglu(gate, up, gate, ff * n, a.stream), a);
   }
   const void* qh = quantize_into(a, td, gate, ff, n, &cursor);
-  MatmulOut o;
-  o.w = a.in<void>(3);
-  o.m = m;
-  o.y = a.out();
-  o.ldy = m;
-  o.residual = res;
-  o.ldr = m;
+  const MatmulOut o = out_of(a.in<void>(3), m, a.out(), res);
+  if (f16_products(a, td, ff, &o, 1, qh, n, cursor)) return;
   if (res != nullptr && matmul_fused_serves(td, ff, &o, 1, n)) {
     launched(matmul_fused(td, ff, &o, 1, qh, n, a.stream), a);
     return;

@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "cuda/kernels/hgemm.cuh"
 #include "cuda/kernels/mmq.cuh"
 
 namespace minfer::cuda {
@@ -13,6 +14,7 @@ std::span<const SmemOptin> smem_optins() {
   static const std::vector<SmemOptin> list = [] {
     std::vector<SmemOptin> v;
     for (const SmemOptin& o : mm::mmq_smem_optins()) v.push_back(o);
+    for (const SmemOptin& o : mm::hgemm_smem_optins()) v.push_back(o);
     return v;
   }();
   return list;

@@ -9,6 +9,7 @@
 #include "core/env.h"
 #include "core/fp16.h"
 #include "cuda/kernels/gemm.cuh"
+#include "cuda/kernels/hgemm.cuh"
 #include "cuda/kernels/launch.cuh"
 #include "cuda/kernels/mmq.cuh"
 #include "cuda/kernels/mmvq.cuh"
@@ -26,6 +27,57 @@ constexpr int64_t kMaxK = int64_t{1} << 30;
 constexpr int64_t kMaxGemmN = int64_t{65535} * mm::kGemmBN;
 
 bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; }
+
+/// SMs of the current device (queried once per device and process; 132 on the H200).
+int device_sm_count() {
+  static int cached[64] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 132;
+  if (cached[dev] == 0) {
+    int v = 0;
+    cached[dev] = cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && v > 0 ? v : 132;
+  }
+  return cached[dev];
+}
+
+size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+
+/// hgemm_plan for this device, with the A/B overrides MINFER_CUDA_HGEMM_TILE (64 or 128 rows)
+/// and MINFER_CUDA_HGEMM_SPLIT (k splits, capped by max_splits and by what k allows).
+mm::HgemmPlan plan_for(int64_t n, int64_t m, int64_t k, int max_splits) {
+  const int64_t tile = env_int("MINFER_CUDA_HGEMM_TILE", 0);
+  const int64_t split = env_int("MINFER_CUDA_HGEMM_SPLIT", 0);
+  const int64_t bk = env_int("MINFER_CUDA_HGEMM_BK", 0);
+  mm::HgemmPlan p = mm::hgemm_plan(n, m, k, device_sm_count(), split > 0 ? 1 : max_splits);
+  if (tile != 0) p.bw = static_cast<int>(tile);
+  if (bk != 0) p.bk = static_cast<int>(bk);
+  if (split > 0) {
+    int s = static_cast<int>(split < max_splits ? split : max_splits);
+    while (s > 1 && mm::hgemm_split_length(k, s) * (s - 1) >= k) --s;
+    p.splits = s < 1 ? 1 : s;
+  }
+  return p;
+}
+
+/// Quantized types (the ones matmul_f16 dequantizes).
+bool quantized(TensorType t) {
+  ActKind kind;
+  return mm::act_kind_for(t, &kind) && (kind == ActKind::Q8 || kind == ActKind::Q8K);
+}
+
+/// Rows per dequantized chunk for an m-row matrix of k-element rows when at most `avail` bytes
+/// hold the chunk: the whole matrix if it fits, else equal chunks rounded up to 128 rows (64
+/// when less than 128 fit); 0 when not even 64 rows fit.
+int64_t f16_chunk_rows(int64_t k, int64_t m, size_t avail) {
+  const int64_t fit = static_cast<int64_t>(avail / (static_cast<size_t>(k) * 2));
+  if (fit >= m) return m;
+  const int64_t unit = fit >= 128 ? 128 : 64;
+  if (fit < unit) return 0;
+  const int64_t max_rows = fit / unit * unit;
+  const int64_t chunks = (m + max_rows - 1) / max_rows;
+  const int64_t rows = ((m + chunks - 1) / chunks + unit - 1) / unit * unit;
+  return rows <= max_rows ? rows : max_rows;
+}
 
 bool bad_args(const char* site) {
   note_launch_failure(site, cudaErrorInvalidValue);
@@ -120,6 +172,17 @@ bool matmul(TensorType type, const void* W, int64_t k, int64_t m, const float* x
     if (n >= mm::kMmqMinTokens && mm::mmq_accepts(type, W, m, n) && !env_flag("MINFER_NO_MMQ"))
       return mm::launch_mmq(type, W, m, rb, L, acts, y, ldy, stream,
                             static_cast<int>(env_int("MINFER_CUDA_MMQ_TILE", 0)));
+    // F16/BF16 weights on their own tensor cores when rows and x are 16-byte chunked.
+    if ((kind == ActKind::F16 || kind == ActKind::BF16) && k % 8 == 0 && aligned(W, 16) && aligned(acts, 16)) {
+      mm::HgemmOut o;
+      o.w = static_cast<const uint16_t*>(W);
+      o.ldw = k;
+      o.m = m;
+      o.y = y;
+      o.ldy = ldy;
+      return mm::launch_hgemm(kind == ActKind::BF16, static_cast<const uint16_t*>(acts), L.stride, n, k, o,
+                              plan_for(n, m, k, 1), nullptr, 0, stream);
+    }
     return mm::launch_gemm(type, W, m, rb, L, acts, y, ldy, stream);
   }
 
@@ -222,6 +285,185 @@ bool matmul_swiglu(TensorType type, int64_t k, int64_t m, const void* w_gate, co
   if (!fused_args_ok(type, k, qx, n, &b)) return bad_args("matmul_swiglu_bad_args");
   if (latched("latched_before_matmul")) return false;
   return launch_batch(type, b, qx, stream);
+}
+
+bool f16_gemm_serves(TensorType type, int64_t k, int64_t n) {
+  if (n <= 8 || !quantized(type) || !matmul_supported(type, k, nullptr) || env_flag("MINFER_NO_MMQ")) return false;
+  const std::string mode = env_choice("MINFER_CUDA_PREFILL_MATMUL");
+  if (mode == "f16") return true;
+  if (mode == "mmq") return false;
+  return n >= mm::kF16GemmMinTokens;
+}
+
+namespace {
+
+/// The scratch matmul_f16 asks for: [f16 activations][partial sums][a chunk of `rows` rows].
+struct F16Layout {
+  int64_t rows = 0;          ///< dequantized rows per chunk
+  size_t act_bytes = 0;      ///< f16 activations (256-aligned)
+  size_t partial_bytes = 0;  ///< partial sums of the chunk's split plan (256-aligned)
+  size_t total = 0;
+};
+
+F16Layout f16_layout(int64_t k, int64_t m_max, int64_t n) {
+  F16Layout l;
+  const size_t chunk_cap = static_cast<size_t>(env_int("MINFER_CUDA_F16_CHUNK_MB", 512)) << 20;
+  const int64_t rows = f16_chunk_rows(k, m_max, chunk_cap);
+  l.rows = rows > 0 ? rows : (m_max < 64 ? m_max : 64);
+  l.act_bytes = align256(static_cast<size_t>(n * k) * 2);
+  l.partial_bytes = align256(mm::hgemm_partial_bytes(n, l.rows, plan_for(n, l.rows, k, mm::kHgemmMaxSplits).splits));
+  l.total = l.act_bytes + l.partial_bytes + static_cast<size_t>(l.rows * k) * 2;
+  return l;
+}
+
+}  // namespace
+
+size_t f16_gemm_scratch_bytes(TensorType type, int64_t k, int64_t m_max, int64_t n) {
+  if (!quantized(type) || !matmul_supported(type, k, nullptr) || n < 1 || m_max < 1) return 0;
+  return f16_layout(k, m_max, n).total;
+}
+
+namespace {
+
+/// The scratch ffn_f16 uses: [f16 x][f16 h][partial sums][a chunk of dequantized rows], the
+/// chunk holding `rows_gu` interleaved gate/up rows of k or `rows_d` down rows of ff elements.
+struct FfnLayout {
+  int64_t rows_gu = 0, rows_d = 0;
+  size_t x_bytes = 0, h_bytes = 0, partial_bytes = 0, w_bytes = 0, total = 0;
+};
+
+FfnLayout ffn_layout(int64_t k, int64_t ff, int64_t m, int64_t n) {
+  FfnLayout l;
+  const size_t cap = static_cast<size_t>(env_int("MINFER_CUDA_F16_CHUNK_MB", 512)) << 20;
+  l.rows_gu = f16_chunk_rows(k, 2 * ff, cap);
+  if (l.rows_gu < 1) l.rows_gu = 2 * ff < 64 ? 2 * ff : 64;
+  l.rows_d = f16_chunk_rows(ff, m, cap);
+  if (l.rows_d < 1) l.rows_d = m < 64 ? m : 64;
+  l.x_bytes = align256(static_cast<size_t>(n * k) * 2);
+  l.h_bytes = align256(static_cast<size_t>(n * ff) * 2);
+  const size_t p_gu = mm::hgemm_partial_bytes(n, l.rows_gu, plan_for(n, l.rows_gu, k, mm::kHgemmMaxSplits).splits);
+  const size_t p_d = mm::hgemm_partial_bytes(n, l.rows_d, plan_for(n, l.rows_d, ff, mm::kHgemmMaxSplits).splits);
+  l.partial_bytes = align256(p_gu > p_d ? p_gu : p_d);
+  const int64_t w_el = l.rows_gu * k > l.rows_d * ff ? l.rows_gu * k : l.rows_d * ff;
+  l.w_bytes = static_cast<size_t>(w_el) * 2;
+  l.total = l.x_bytes + l.h_bytes + l.partial_bytes + l.w_bytes;
+  return l;
+}
+
+/// Chunks of `rows` rows of one product: dequantize, then the GEMM (plan per chunk, splits
+/// capped by the partial buffer). `pairs`: the rows are interleaved gate/up rows of w and w_up
+/// (row space 2 m_out), written to h as f16 SwiGLU outputs.
+bool f16_chunks(TensorType type, int64_t k, int64_t rows_total, int64_t rows, const void* w, const void* w_up,
+                const uint16_t* a, int64_t n, mm::HgemmOut out, uint16_t* w16, float* partial, size_t partial_bytes,
+                cudaStream_t stream) {
+  const int64_t rb = static_cast<int64_t>(row_bytes(type, k));
+  for (int64_t r0 = 0; r0 < rows_total; r0 += rows) {
+    const int64_t cnt = rows_total - r0 < rows ? rows_total - r0 : rows;
+    mm::HgemmPlan plan = plan_for(n, cnt, k, mm::kHgemmMaxSplits);
+    while (plan.splits > 1 && mm::hgemm_partial_bytes(n, cnt, plan.splits) > partial_bytes) --plan.splits;
+    mm::HgemmOut h = out;
+    h.w = w16;
+    h.ldw = k;
+    h.m = cnt;
+    if (out.glu) {
+      if (!mm::launch_dequant_f16(type, w, rb, k, r0 / 2, cnt / 2, w16, 2 * k, stream) ||
+          !mm::launch_dequant_f16(type, w_up, rb, k, r0 / 2, cnt / 2, w16 + k, 2 * k, stream))
+        return false;
+      h.y16 = out.y16 + r0 / 2;
+    } else {
+      if (!mm::launch_dequant_f16(type, w, rb, k, r0, cnt, w16, k, stream)) return false;
+      h.y = out.y + r0;
+      h.bias = out.bias != nullptr ? out.bias + r0 : nullptr;
+      h.res = out.res != nullptr ? out.res + r0 : nullptr;
+    }
+    if (!mm::launch_hgemm(false, a, k, n, k, h, plan, partial, partial_bytes, stream)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool matmul_f16(TensorType type, int64_t k, const MatmulOut* outs, int n_outs, const void* qx, int64_t n,
+                void* scratch, size_t scratch_bytes, cudaStream_t stream) {
+  ActKind kind;
+  if (!quantized(type) || !matmul_supported(type, k, nullptr) || !mm::act_kind_for(type, &kind) || n < 1 ||
+      outs == nullptr || n_outs < 1 || n_outs > mm::kMmqMaxOutputs || qx == nullptr || scratch == nullptr ||
+      !aligned(qx, 16) || !aligned(scratch, 16))
+    return bad_args("matmul_f16_bad_args");
+  int64_t m_max = 0;
+  for (int s = 0; s < n_outs; ++s) {
+    const MatmulOut& o = outs[s];
+    if (o.w == nullptr || o.y == nullptr || o.m < 1 || o.ldy < o.m || !aligned(o.w, 2) || !aligned(o.y, 4) ||
+        (o.residual != nullptr && o.ldr < o.m))
+      return bad_args("matmul_f16_bad_args");
+    m_max = o.m > m_max ? o.m : m_max;
+  }
+  // Scratch: f16_layout's when it is that large; a smaller one holds the activations and chunks
+  // of whatever rows fit (at least 64, or all), without k splits.
+  F16Layout l = f16_layout(k, m_max, n);
+  if (scratch_bytes < l.total) {
+    if (scratch_bytes <= l.act_bytes) return bad_args("matmul_f16_bad_args");
+    l.partial_bytes = 0;
+    l.rows = f16_chunk_rows(k, m_max, scratch_bytes - l.act_bytes);
+    if (l.rows < 1 || (l.rows < 64 && l.rows < m_max)) return bad_args("matmul_f16_bad_args");
+  }
+  const int64_t rows = l.rows;
+  const size_t act_bytes = l.act_bytes, partial_bytes = l.partial_bytes;
+  if (latched("latched_before_matmul")) return false;
+
+  auto* a16 = static_cast<uint16_t*>(scratch);
+  auto* partial = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + act_bytes);
+  auto* w16 = reinterpret_cast<uint16_t*>(static_cast<uint8_t*>(scratch) + act_bytes + partial_bytes);
+  if (!mm::launch_acts_to_f16(mm::act_layout(kind, k, n), qx, a16, k, stream)) return false;
+  for (int s = 0; s < n_outs; ++s) {
+    const MatmulOut& o = outs[s];
+    mm::HgemmOut h;
+    h.y = o.y;
+    h.ldy = o.ldy;
+    h.bias = o.bias;
+    h.res = o.residual;
+    h.ldr = o.ldr;
+    if (!f16_chunks(type, k, o.m, rows, o.w, nullptr, a16, n, h, w16, partial, partial_bytes, stream)) return false;
+  }
+  return true;
+}
+
+size_t ffn_f16_scratch_bytes(TensorType t_gu, TensorType t_down, int64_t k, int64_t ff, int64_t m, int64_t n) {
+  if (!quantized(t_gu) || !quantized(t_down) || !matmul_supported(t_gu, k, nullptr) ||
+      !matmul_supported(t_down, ff, nullptr) || n < 1 || m < 1 || ff < 1)
+    return 0;
+  return ffn_layout(k, ff, m, n).total;
+}
+
+bool ffn_f16(TensorType t_gu, TensorType t_down, int64_t k, int64_t ff, int64_t m, const void* w_gate,
+             const void* w_up, const void* w_down, const void* qx, int64_t n, float* y, const float* residual,
+             void* scratch, size_t scratch_bytes, cudaStream_t stream) {
+  ActKind kind;
+  if (ffn_f16_scratch_bytes(t_gu, t_down, k, ff, m, n) == 0 || !mm::act_kind_for(t_gu, &kind) || w_gate == nullptr ||
+      w_up == nullptr || w_down == nullptr || qx == nullptr || y == nullptr || scratch == nullptr ||
+      !aligned(qx, 16) || !aligned(scratch, 16) || !aligned(y, 4) || ff % 8 != 0)
+    return bad_args("ffn_f16_bad_args");
+  const FfnLayout l = ffn_layout(k, ff, m, n);
+  if (scratch_bytes < l.total) return bad_args("ffn_f16_bad_args");
+  if (latched("latched_before_matmul")) return false;
+  auto* base = static_cast<uint8_t*>(scratch);
+  auto* x16 = reinterpret_cast<uint16_t*>(base);
+  auto* h16 = reinterpret_cast<uint16_t*>(base + l.x_bytes);
+  auto* partial = reinterpret_cast<float*>(base + l.x_bytes + l.h_bytes);
+  auto* w16 = reinterpret_cast<uint16_t*>(base + l.x_bytes + l.h_bytes + l.partial_bytes);
+  if (!mm::launch_acts_to_f16(mm::act_layout(kind, k, n), qx, x16, k, stream)) return false;
+  mm::HgemmOut gu;
+  gu.glu = true;
+  gu.y16 = h16;
+  gu.ldy = ff;
+  if (!f16_chunks(t_gu, k, 2 * ff, l.rows_gu, w_gate, w_up, x16, n, gu, w16, partial, l.partial_bytes, stream))
+    return false;
+  mm::HgemmOut down;
+  down.y = y;
+  down.ldy = m;
+  down.res = residual;
+  down.ldr = m;
+  return f16_chunks(t_down, ff, m, l.rows_d, w_down, nullptr, h16, n, down, w16, partial, l.partial_bytes, stream);
 }
 
 bool quantized_activations_to_host(TensorType type, const void* qx, int64_t k, int64_t n,

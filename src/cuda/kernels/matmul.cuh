@@ -19,11 +19,13 @@
 //
 // Numbers (docs/cuda-matmul.md): for n <= 8 the result is bit-identical to the CPU reference
 // (cpu::quantize_activations + cpu::matmul_quantized: quant_ref.h's dot products) for every
-// type. For n > 8, quantized weights go to the int8 tensor-core MMQ (mmq.cuh: the contract's
-// exact block sums and terms, added in another order: within the f32 accumulation error), the
-// float types (and, under MINFER_NO_MMQ=1 or for W not 16-byte aligned, the quantized ones) to
-// the prefill GEMM, which multiplies the same dequantized weights and activations in another
-// order (agrees within (32 + k / 32) * 2^-24 * sum |w a| plus the CPU's own rounding).
+// type. For n > 8, matmul() sends quantized weights to the int8 tensor-core MMQ (mmq.cuh: the
+// contract's exact block sums and terms, added in another order: within the f32 accumulation
+// error), F16/BF16 weights to the f16/bf16 tensor-core GEMM (hgemm.cuh), and F32 weights (and,
+// under MINFER_NO_MMQ=1 or for W not 16-byte aligned, the quantized ones) to the prefill GEMM,
+// which multiplies the same dequantized weights and activations in another order (agrees within
+// (32 + k / 32) * 2^-24 * sum |w a| plus the CPU's own rounding). The backend's ops take the f16
+// tensor-core path for quantized weights (matmul_f16, ffn_f16) where f16_gemm_serves says so.
 // Input the CPU rejects with an error cannot raise one on the device: a non-finite element of
 // x makes its Q8/Q8K block's scale NaN, so the outputs that read it are NaN.
 #pragma once
@@ -99,6 +101,42 @@ bool matmul_fused(TensorType type, int64_t k, const MatmulOut* outs, int n_outs,
 bool matmul_swiglu(TensorType type, int64_t k, int64_t m, const void* w_gate, const void* w_up, const void* qx,
                    int64_t n, float* y, int64_t ldy, const float* residual, int64_t ldr, cudaStream_t stream);
 
+/// True when the products of n > 8 tokens with quantized weights of `type` (rows of k) run on
+/// the f16 tensor cores (matmul_f16: weights dequantized to f16 a chunk of rows at a time,
+/// activations the quantized ones dequantized to f16) instead of the int8 MMQ. Chosen by
+/// MINFER_CUDA_PREFILL_MATMUL: f16 = always, mmq = never, auto (default) = by the measured rule
+/// in matmul.cu. Never under MINFER_NO_MMQ=1 (the f32 GEMM then serves them).
+bool f16_gemm_serves(TensorType type, int64_t k, int64_t n);
+/// Device scratch bytes matmul_f16 uses for outputs of at most m_max rows: the f16 activations
+/// [n][k] and one chunk of dequantized rows (at most MINFER_CUDA_F16_CHUNK_MB MiB, balanced over
+/// the chunks of an m_max-row matrix). 0 for a type/k that matmul_supported rejects or n < 1.
+size_t f16_gemm_scratch_bytes(TensorType type, int64_t k, int64_t m_max, int64_t n);
+/// The outputs of matmul_fused (up to 3, same type and k, the bias and residual adds as the
+/// epilogue) for n token columns on the f16 tensor cores: `qx` = quantize_activations(type, x,
+/// k, n) is turned into f16 rows, each weight matrix into f16 rows a chunk at a time, both in
+/// `scratch` (16-byte aligned, `scratch_bytes` long: f16_gemm_scratch_bytes or any size that
+/// holds the activations and 64 rows). Values: the CPU's dequantized weights and activations,
+/// each rounded to nearest f16, their products summed in f32 (docs/cuda-matmul.md gives the
+/// tolerance). Activations beyond the f16 range (|x| > 65504) become inf. Records
+/// "matmul_f16_bad_args" and launches nothing for a quantized type matmul_supported rejects,
+/// n < 1, a malformed output or too small a scratch.
+bool matmul_f16(TensorType type, int64_t k, const MatmulOut* outs, int n_outs, const void* qx, int64_t n,
+                void* scratch, size_t scratch_bytes, cudaStream_t stream);
+/// Device scratch bytes ffn_f16 uses (0 when a type is not quantized or a row length is not
+/// one matmul_supported accepts): f16 x [n][k], f16 h [n][ff], the partial sums of k splits,
+/// and one chunk of dequantized rows (interleaved gate/up rows of k, or down rows of ff).
+size_t ffn_f16_scratch_bytes(TensorType t_gu, TensorType t_down, int64_t k, int64_t ff, int64_t m, int64_t n);
+/// The SwiGLU feed-forward block on the f16 tensor cores for n token columns:
+/// y[j + t * m] = residual[j + t * m] + sum_i Wd[j][i] h[t][i] (residual when set), with
+/// h[t][i] = silu(Wg_i . x_t) * (Wu_i . x_t) rounded to f16 (the CPU's silu and product), x_t the
+/// activations `qx` (quantize_activations(t_gu, x, k, n)) dequantized and rounded to f16, and
+/// each weight the CPU's dequantized value rounded to f16. Gate and up rows are dequantized
+/// interleaved so one GEMM computes both and applies SwiGLU in its epilogue; h never leaves f16.
+/// Wg, Wu: [k, ff] of t_gu; Wd: [ff, m] of t_down; ff a multiple of 8. Records "ffn_f16_bad_args"
+/// and launches nothing for types or sizes it does not serve or too small a scratch.
+bool ffn_f16(TensorType t_gu, TensorType t_down, int64_t k, int64_t ff, int64_t m, const void* w_gate,
+             const void* w_up, const void* w_down, const void* qx, int64_t n, float* y, const float* residual,
+             void* scratch, size_t scratch_bytes, cudaStream_t stream);
 /// Copies the quantized activations back to the host in the CPU's block format: n rows of
 /// row_bytes(vec_dot_type, k) bytes (block_q8_0 / block_q8_1 / block_q8_K, or f16 / bf16
 /// elements), so tests can compare them with cpu::quantize_activations byte for byte. The one

@@ -4,6 +4,7 @@
 #include "cuda/kernels/launch.cuh"
 #include "cuda/kernels/mmq.cuh"
 #include "cuda/kernels/mmq_tile.cuh"
+#include "cuda/kernels/ptx.cuh"
 
 namespace minfer::cuda::mm {
 namespace {
@@ -63,35 +64,6 @@ struct MmqSmem {
   static constexpr size_t wmins = a16(wsc + (K ? kSc * BM : 0));            // K: uint2 [BM]
   static constexpr size_t total = a16(wmins + (K ? BM * 8 : 0));
 };
-
-// ---- PTX (sm_80+) ------------------------------------------------------------------------------
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-/// Copies `src_bytes` (0..16) bytes to shared memory and zero-fills the rest of the 16.
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
-               "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async8(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
-               "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async4(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
-               "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
-
-/// Four 8x8 b16 matrices (here: 8 rows x 16 int8); lanes 8i .. 8i+7 give the row addresses of
-/// matrix i, and each thread receives row lane/4, bytes 4 (lane % 4) .. +3 of every matrix.
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t smem_addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr));
-}
 
 /// c = A (16 x 32, row) * B (32 x 8, col), int8 in, exact int32 out (accumulator input 0).
 __device__ __forceinline__ void mma_k32(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
