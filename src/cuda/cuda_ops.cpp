@@ -180,8 +180,16 @@ size_t CudaBackend::node_scratch_bytes(const Graph& g, const Node& n) const {
         for (int j = 1; j < i; ++j) seen = seen || src(g, n, j).type == src(g, n, i).type;
         if (!seen) b += align_up(quantized_activation_bytes(src(g, n, i).type, k, nt));
       }
-      size_t f16 = 0;
-      for (int i = 1; i <= 3; ++i) f16 = std::max(f16, f16_scratch(src(g, n, i).type, k, src(g, n, i).ne[1], nt));
+      size_t f16 = 0;  // per weight type: the outputs of that type in one matmul_f16 call
+      for (int i = 1; i <= 3; ++i) {
+        const TensorType t = src(g, n, i).type;
+        if (!f16_gemm_serves(t, k, nt)) continue;
+        int64_t ms[3];
+        int cnt = 0;
+        for (int j = 1; j <= 3; ++j)
+          if (src(g, n, j).type == t) ms[cnt++] = src(g, n, j).ne[1];
+        f16 = std::max(f16, align_up(f16_gemm_scratch_bytes(t, k, ms, cnt, nt)));
+      }
       return b + f16 + norm_scratch_bytes(n, k, nt);
     }
     case Op::FusedFFN: {
@@ -400,9 +408,9 @@ const float* norm_input(const OpArgs& a, std::initializer_list<TensorType> types
 bool f16_products(const OpArgs& a, TensorType t, int64_t k, const MatmulOut* outs, int n_outs, const void* qx,
                   int64_t n, size_t cursor) {
   if (!f16_gemm_serves(t, k, n)) return false;
-  int64_t m_max = 0;
-  for (int i = 0; i < n_outs; ++i) m_max = std::max(m_max, outs[i].m);
-  launched(matmul_f16(t, k, outs, n_outs, qx, n, a.scratch + cursor, f16_gemm_scratch_bytes(t, k, m_max, n),
+  int64_t ms[3];
+  for (int i = 0; i < n_outs && i < 3; ++i) ms[i] = outs[i].m;
+  launched(matmul_f16(t, k, outs, n_outs, qx, n, a.scratch + cursor, f16_gemm_scratch_bytes(t, k, ms, n_outs, n),
                       a.stream), a);
   return true;
 }

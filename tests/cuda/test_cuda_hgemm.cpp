@@ -208,6 +208,7 @@ TEST_P(CudaF16Gemm, chunks_of_rows_give_the_same_bytes_as_one_chunk) {
   const TensorType type = GetParam();
   const int64_t k = ks_for(type)[1];
   const F16Case c = make_case(pool_, type, 333, k, 140, 77);
+  test::ScopedEnv one_split("MINFER_CUDA_HGEMM_SPLIT", "1");  // the chunked run has no room for splits
   bool ok1 = false, ok2 = false;
   const auto whole = run(c, true, 0, &ok1);
   // The activations and 64 rows: six chunks (five of 64 rows, one of 13) and the 64-row tile.
@@ -216,6 +217,25 @@ TEST_P(CudaF16Gemm, chunks_of_rows_give_the_same_bytes_as_one_chunk) {
   ASSERT_TRUE(ok1 && ok2) << failure_text();
   EXPECT_TRUE(test::bytes_equal(as_bytes(chunked), as_bytes(whole)));
   EXPECT_TRUE(within_bound(c, whole, c.m + kPad, true));
+}
+
+TEST_P(CudaF16Gemm, every_tile_and_stage_length_gives_the_same_bytes) {
+  // Without k splits every output is summed in the same k16 order whatever the tile (64 or 128
+  // weight rows) or the stage length (32 or 64 elements of k).
+  const TensorType type = GetParam();
+  const F16Case c = make_case(pool_, type, 300, ks_for(type)[1], 140, 5150);
+  test::ScopedEnv one_split("MINFER_CUDA_HGEMM_SPLIT", "1");
+  bool ok = false;
+  const auto want = run(c, true, 0, &ok);
+  ASSERT_TRUE(ok) << failure_text();
+  for (const char* tile : {"64", "128"})
+    for (const char* bk : {"32", "64"}) {
+      SCOPED_TRACE(std::string("tile ") + tile + " bk " + bk);
+      test::ScopedEnv t("MINFER_CUDA_HGEMM_TILE", tile), b("MINFER_CUDA_HGEMM_BK", bk);
+      const auto got = run(c, true, 0, &ok);
+      ASSERT_TRUE(ok) << failure_text();
+      EXPECT_TRUE(test::bytes_equal(as_bytes(got), as_bytes(want)));
+    }
 }
 
 TEST_P(CudaF16Gemm, k_splits_stay_within_the_bound) {
@@ -333,6 +353,30 @@ TEST_P(CudaFfnF16, is_the_f16_products_then_swiglu_then_the_down_product) {
                 ", want " + std::to_string(exact + r) + ", bound " + std::to_string(tol);
     }
   EXPECT_EQ(bad, 0) << first;
+
+  // With 2 k splits the gate/up sums come from hgemm_reduce (glu mode) in another order: h may
+  // move by one f16 rounding (2^-10 relative), so the bound widens by 2^-10 sum |w h|.
+  std::vector<float> y2;
+  {
+    test::ScopedEnv two("MINFER_CUDA_HGEMM_SPLIT", "2");
+    run_ffn(&y2);
+  }
+  int64_t bad2 = 0;
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t j = 0; j < m; ++j) {
+      double exact = 0.0, wa = 0.0;
+      for (int64_t i = 0; i < ff; ++i) {
+        const double p = wdq[static_cast<size_t>(j * ff + i)] * h[static_cast<size_t>(t * ff + i)];
+        exact += p;
+        wa += std::fabs(p);
+      }
+      const double r = res[static_cast<size_t>(j + t * m)];
+      const double tol = 1.25 * ((2.0 * u24 * (static_cast<double>(ff) / 16.0 + 2.0) + std::ldexp(1.0, -10)) * wa +
+                                 2.0 * u24 * (std::fabs(exact) + std::fabs(r))) + 1e-30;
+      bad2 += !(std::fabs(y2[static_cast<size_t>(j + t * m)] - (exact + r)) <= tol);
+    }
+  EXPECT_EQ(bad2, 0) << "two k splits (the glu reduction)";
+  EXPECT_FALSE(test::bytes_equal(as_bytes(y2), as_bytes(y))) << "the split run was expected to sum in another order";
 }
 
 INSTANTIATE_TEST_SUITE_P(TypePairs, CudaFfnF16,
@@ -367,6 +411,7 @@ TEST(CudaHgemmPlan, splits_only_long_rows_and_fills_the_gpu) {
 }
 
 TEST(CudaF16GemmApi, routing_follows_the_prefill_matmul_switch) {
+  MINFER_REQUIRE_CUDA_DEVICE();  // f16_gemm_serves asks the context which GEMM builds can launch
   const TensorType t = TensorType::Q4_K;
   {
     test::ScopedEnv e("MINFER_CUDA_PREFILL_MATMUL", "f16");
@@ -471,6 +516,17 @@ TEST_P(CudaHgemmFloat, matmul_of_16_bit_weights_is_within_the_accumulation_bound
     }
     EXPECT_EQ(bad, 0);
     EXPECT_EQ(pad, 0);
+    // The route: with every hgemm launch site failing, matmul() reports one of them.
+    test::ScopedEnv fail("MINFER_CUDA_FAIL_LAUNCH",
+                         bf ? "hgemm_bf16,hgemm_bf16_w64,hgemm_bf16_k64,hgemm_bf16_w64_k64"
+                            : "hgemm_f16,hgemm_f16_w64,hgemm_f16_k64,hgemm_f16_w64_k64");
+    cuda::clear_launch_failure();
+    EXPECT_FALSE(cuda::matmul(type, dw.get(), k, m, dx.as<float>(), dq.get(), n, dy.as<float>(), ldy, stream_));
+    const cuda::LaunchFailure* f = cuda::launch_failure();
+    ASSERT_NE(f, nullptr);
+    EXPECT_EQ(std::string(f->site).rfind(bf ? "hgemm_bf16" : "hgemm_f16", 0), 0u) << f->site;
+    cuda::clear_launch_failure();
+    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
   }
 }
 

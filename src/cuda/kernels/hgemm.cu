@@ -288,12 +288,46 @@ unsigned grid_for(int64_t total) {
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
+/// One thread per 8 consecutive weights (dequant8: the CPU's dequantize_row_* values).
+template <TensorType T>
+bool launch_dequant_type(const uint8_t* w, int64_t row_bytes, int64_t k, int64_t r0, int64_t rows, uint16_t* out,
+                         int64_t ldw, cudaStream_t stream, const char* site) {
+  dequant_f16_kernel<T><<<grid_for(rows * (k / 8)), 256, 0, stream>>>(w, row_bytes, k, r0, rows, out, ldw);
+  return MINFER_LAUNCH_CHECK(site);
+}
+
 bool bad_args(const char* site) {
   note_launch_failure(site, cudaErrorInvalidValue);
   return false;
 }
 
 }  // namespace
+
+namespace {
+
+template <bool kBf16>
+bool plan_opted_in(const HgemmPlan& p) {
+  if (p.bw == 128 && p.bk == 64)
+    return smem_opted_in(reinterpret_cast<const void*>(&hgemm_kernel<kBf16, 128, 64>), HgemmSmem<128, 64>::total);
+  if (p.bw == 128 && p.bk == 32)
+    return smem_opted_in(reinterpret_cast<const void*>(&hgemm_kernel<kBf16, 128, 32>), HgemmSmem<128, 32>::total);
+  if (p.bw == 64 && p.bk == 64)
+    return smem_opted_in(reinterpret_cast<const void*>(&hgemm_kernel<kBf16, 64, 64>), HgemmSmem<64, 64>::total);
+  if (p.bw == 64 && p.bk == 32)
+    return smem_opted_in(reinterpret_cast<const void*>(&hgemm_kernel<kBf16, 64, 32>), HgemmSmem<64, 32>::total);
+  return false;
+}
+
+}  // namespace
+
+HgemmPlan hgemm_fit(HgemmPlan p, bool bf16) {
+  const HgemmPlan tries[] = {p, {p.bw, p.splits, 32}, {64, p.splits, 64}, {64, p.splits, 32}};
+  for (const HgemmPlan& t : tries)
+    if (bf16 ? plan_opted_in<true>(t) : plan_opted_in<false>(t)) return t;
+  HgemmPlan none = p;
+  none.bw = 0;
+  return none;
+}
 
 int64_t hgemm_split_length(int64_t k, int splits) {
   const int64_t per = (k + splits - 1) / splits;
@@ -350,12 +384,10 @@ bool launch_dequant_f16(TensorType type, const void* w, int64_t row_bytes, int64
       !aligned16(out))
     return bad_args("dequant_f16_bad_args");
   if (rows == 0) return true;
-  const unsigned grid = grid_for(rows * (k / 8));
   const auto* wb = static_cast<const uint8_t*>(w);
-#define MINFER_DEQUANT_CASE(T, name)                                                                  \
-  case TensorType::T:                                                                                 \
-    dequant_f16_kernel<TensorType::T><<<grid, 256, 0, stream>>>(wb, row_bytes, k, r0, rows, out, ldw); \
-    return MINFER_LAUNCH_CHECK("dequant_f16_" name);
+#define MINFER_DEQUANT_CASE(T, name) \
+  case TensorType::T:                \
+    return launch_dequant_type<TensorType::T>(wb, row_bytes, k, r0, rows, out, ldw, stream, "dequant_f16_" name);
   switch (type) {
     MINFER_DEQUANT_CASE(F32, "f32")
     MINFER_DEQUANT_CASE(F16, "f16")

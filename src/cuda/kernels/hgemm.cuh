@@ -8,11 +8,13 @@
 // the sums are the tensor cores' f32 accumulation in mma k order, so the result differs from the
 // CPU's f32 dot products only by the accumulation error (docs/cuda-matmul.md gives the bound).
 //
-// One 256-thread block computes 128 tokens x kBW weight rows (kBW = 128 or 64, chosen per launch
-// so the grid fills the GPU), walking k in steps of 32 through a 4-stage cp.async pipeline of
-// padded shared-memory rows (80 bytes: ldmatrix is conflict-free), `mma.sync.m16n8k16` with f32
-// accumulators. Needs sm_80+ and k, lda, ldw multiples of 8 with 16-byte aligned a and W (every
-// 16-byte chunk either inside a row's k elements or wholly past them, which read as zeros).
+// One 256-thread block computes 128 tokens x BW weight rows (BW = 64 or 128, chosen per launch
+// by hgemm_plan), walking k in stages of 64 elements (3-stage cp.async pipeline; 32 x 4
+// stages as the alternative) through padded shared-memory rows (ldmatrix is conflict-free),
+// `mma.sync.m16n8k16` with f32 accumulators, optionally split over k. Needs sm_80+, the
+// instantiation's shared memory opted in (hgemm_fit), and k, lda, ldw multiples of 8 with
+// 16-byte aligned a and W (every 16-byte chunk either inside a row's k elements or wholly past
+// them, which read as zeros).
 //
 // Quantized weights reach this product through two helpers: launch_dequant_f16 writes a range of
 // rows as f16 (the CPU's dequantize_row_* values, gemm_dequant.cuh, rounded to nearest f16), and
@@ -78,6 +80,12 @@ struct HgemmPlan {
 /// `max_splits` splits (1: no split): the busiest SM's blocks times each block's work (rows x
 /// k per split), scaled by the constants above. Pure host function (unit-tested without a GPU).
 HgemmPlan hgemm_plan(int64_t n, int64_t m, int64_t k, int sm_count, int max_splits);
+
+/// `p` if its kernel instantiation got its shared memory at context creation (smem_optin.cuh),
+/// else the first of (bw, bk 32), (64, 64), (64, 32) that did, with the same splits; bw = 0 when
+/// none did (a GPU with less than ~80 KiB of opt-in shared memory per block: the caller takes
+/// another kernel).
+HgemmPlan hgemm_fit(HgemmPlan p, bool bf16);
 
 /// Elements of k per split (a multiple of kHgemmBK) when k is cut into `splits`.
 int64_t hgemm_split_length(int64_t k, int splits);

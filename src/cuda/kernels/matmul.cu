@@ -3,6 +3,7 @@
 // mmq.cuh) and the prefill GEMM (n > 8 otherwise, gemm.cuh).
 #include "cuda/kernels/matmul.cuh"
 
+#include <atomic>
 #include <cstring>
 #include <vector>
 
@@ -30,21 +31,22 @@ bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p
 
 /// SMs of the current device (queried once per device and process; 132 on the H200).
 int device_sm_count() {
-  static int cached[64] = {};
+  static std::atomic<int> cached[64] = {};
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 132;
-  if (cached[dev] == 0) {
-    int v = 0;
-    cached[dev] = cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && v > 0 ? v : 132;
+  int v = cached[dev].load(std::memory_order_relaxed);
+  if (v == 0) {
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || v <= 0) v = 132;
+    cached[dev].store(v, std::memory_order_relaxed);
   }
-  return cached[dev];
+  return v;
 }
 
 size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 
 /// hgemm_plan for this device, with the A/B overrides MINFER_CUDA_HGEMM_TILE (64 or 128 rows)
 /// and MINFER_CUDA_HGEMM_SPLIT (k splits, capped by max_splits and by what k allows).
-mm::HgemmPlan plan_for(int64_t n, int64_t m, int64_t k, int max_splits) {
+mm::HgemmPlan plan_for(int64_t n, int64_t m, int64_t k, int max_splits, bool bf16 = false) {
   const int64_t tile = env_int("MINFER_CUDA_HGEMM_TILE", 0);
   const int64_t split = env_int("MINFER_CUDA_HGEMM_SPLIT", 0);
   const int64_t bk = env_int("MINFER_CUDA_HGEMM_BK", 0);
@@ -56,8 +58,11 @@ mm::HgemmPlan plan_for(int64_t n, int64_t m, int64_t k, int max_splits) {
     while (s > 1 && mm::hgemm_split_length(k, s) * (s - 1) >= k) --s;
     p.splits = s < 1 ? 1 : s;
   }
-  return p;
+  return mm::hgemm_fit(p, bf16);  // bw = 0: no instantiation got its shared memory
 }
+
+/// True when some f16 GEMM instantiation can launch on this device (its shared memory opted in).
+bool hgemm_available() { return mm::hgemm_fit(mm::HgemmPlan{64, 1, 32}, false).bw != 0; }
 
 /// Quantized types (the ones matmul_f16 dequantizes).
 bool quantized(TensorType t) {
@@ -173,7 +178,9 @@ bool matmul(TensorType type, const void* W, int64_t k, int64_t m, const float* x
       return mm::launch_mmq(type, W, m, rb, L, acts, y, ldy, stream,
                             static_cast<int>(env_int("MINFER_CUDA_MMQ_TILE", 0)));
     // F16/BF16 weights on their own tensor cores when rows and x are 16-byte chunked.
-    if ((kind == ActKind::F16 || kind == ActKind::BF16) && k % 8 == 0 && aligned(W, 16) && aligned(acts, 16)) {
+    const mm::HgemmPlan plan = plan_for(n, m, k, 1, kind == ActKind::BF16);
+    if ((kind == ActKind::F16 || kind == ActKind::BF16) && k % 8 == 0 && aligned(W, 16) && aligned(acts, 16) &&
+        plan.bw != 0) {
       mm::HgemmOut o;
       o.w = static_cast<const uint16_t*>(W);
       o.ldw = k;
@@ -181,7 +188,7 @@ bool matmul(TensorType type, const void* W, int64_t k, int64_t m, const float* x
       o.y = y;
       o.ldy = ldy;
       return mm::launch_hgemm(kind == ActKind::BF16, static_cast<const uint16_t*>(acts), L.stride, n, k, o,
-                              plan_for(n, m, k, 1), nullptr, 0, stream);
+                              plan, nullptr, 0, stream);
     }
     return mm::launch_gemm(type, W, m, rb, L, acts, y, ldy, stream);
   }
@@ -290,9 +297,8 @@ bool matmul_swiglu(TensorType type, int64_t k, int64_t m, const void* w_gate, co
 bool f16_gemm_serves(TensorType type, int64_t k, int64_t n) {
   if (n <= 8 || !quantized(type) || !matmul_supported(type, k, nullptr) || env_flag("MINFER_NO_MMQ")) return false;
   const std::string mode = env_choice("MINFER_CUDA_PREFILL_MATMUL");
-  if (mode == "f16") return true;
-  if (mode == "mmq") return false;
-  return n >= mm::kF16GemmMinTokens;
+  if (mode == "mmq" || (mode != "f16" && n < mm::kF16GemmMinTokens)) return false;
+  return hgemm_available();
 }
 
 namespace {
@@ -305,22 +311,39 @@ struct F16Layout {
   size_t total = 0;
 };
 
-F16Layout f16_layout(int64_t k, int64_t m_max, int64_t n) {
+F16Layout f16_layout(int64_t k, const int64_t* ms, int n_ms, int64_t n) {
   F16Layout l;
+  int64_t m_max = 0;
+  for (int i = 0; i < n_ms; ++i) m_max = ms[i] > m_max ? ms[i] : m_max;
   const size_t chunk_cap = static_cast<size_t>(env_int("MINFER_CUDA_F16_CHUNK_MB", 512)) << 20;
   const int64_t rows = f16_chunk_rows(k, m_max, chunk_cap);
   l.rows = rows > 0 ? rows : (m_max < 64 ? m_max : 64);
   l.act_bytes = align256(static_cast<size_t>(n * k) * 2);
-  l.partial_bytes = align256(mm::hgemm_partial_bytes(n, l.rows, plan_for(n, l.rows, k, mm::kHgemmMaxSplits).splits));
+  // The partial sums of the largest split plan any chunk of any output gets (full chunks and
+  // each output's last, shorter one), so every output keeps the plan it would get alone.
+  size_t partial = 0;
+  for (int i = 0; i < n_ms; ++i)
+    for (const int64_t cnt : {ms[i] < l.rows ? ms[i] : l.rows, ms[i] % l.rows}) {
+      if (cnt < 1) continue;
+      const size_t b = mm::hgemm_partial_bytes(n, cnt, plan_for(n, cnt, k, mm::kHgemmMaxSplits).splits);
+      partial = b > partial ? b : partial;
+    }
+  l.partial_bytes = align256(partial);
   l.total = l.act_bytes + l.partial_bytes + static_cast<size_t>(l.rows * k) * 2;
   return l;
 }
 
 }  // namespace
 
+size_t f16_gemm_scratch_bytes(TensorType type, int64_t k, const int64_t* ms, int n_ms, int64_t n) {
+  if (!quantized(type) || !matmul_supported(type, k, nullptr) || n < 1 || ms == nullptr || n_ms < 1) return 0;
+  for (int i = 0; i < n_ms; ++i)
+    if (ms[i] < 1) return 0;
+  return f16_layout(k, ms, n_ms, n).total;
+}
+
 size_t f16_gemm_scratch_bytes(TensorType type, int64_t k, int64_t m_max, int64_t n) {
-  if (!quantized(type) || !matmul_supported(type, k, nullptr) || n < 1 || m_max < 1) return 0;
-  return f16_layout(k, m_max, n).total;
+  return f16_gemm_scratch_bytes(type, k, &m_max, 1, n);
 }
 
 namespace {
@@ -390,17 +413,18 @@ bool matmul_f16(TensorType type, int64_t k, const MatmulOut* outs, int n_outs, c
       outs == nullptr || n_outs < 1 || n_outs > mm::kMmqMaxOutputs || qx == nullptr || scratch == nullptr ||
       !aligned(qx, 16) || !aligned(scratch, 16))
     return bad_args("matmul_f16_bad_args");
-  int64_t m_max = 0;
+  int64_t m_max = 0, ms[mm::kMmqMaxOutputs];
   for (int s = 0; s < n_outs; ++s) {
     const MatmulOut& o = outs[s];
     if (o.w == nullptr || o.y == nullptr || o.m < 1 || o.ldy < o.m || !aligned(o.w, 2) || !aligned(o.y, 4) ||
         (o.residual != nullptr && o.ldr < o.m))
       return bad_args("matmul_f16_bad_args");
     m_max = o.m > m_max ? o.m : m_max;
+    ms[s] = o.m;
   }
   // Scratch: f16_layout's when it is that large; a smaller one holds the activations and chunks
   // of whatever rows fit (at least 64, or all), without k splits.
-  F16Layout l = f16_layout(k, m_max, n);
+  F16Layout l = f16_layout(k, ms, n_outs, n);
   if (scratch_bytes < l.total) {
     if (scratch_bytes <= l.act_bytes) return bad_args("matmul_f16_bad_args");
     l.partial_bytes = 0;

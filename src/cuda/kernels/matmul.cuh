@@ -107,10 +107,15 @@ bool matmul_swiglu(TensorType type, int64_t k, int64_t m, const void* w_gate, co
 /// MINFER_CUDA_PREFILL_MATMUL: f16 = always, mmq = never, auto (default) = by the measured rule
 /// in matmul.cu. Never under MINFER_NO_MMQ=1 (the f32 GEMM then serves them).
 bool f16_gemm_serves(TensorType type, int64_t k, int64_t n);
-/// Device scratch bytes matmul_f16 uses for outputs of at most m_max rows: the f16 activations
-/// [n][k] and one chunk of dequantized rows (at most MINFER_CUDA_F16_CHUNK_MB MiB, balanced over
-/// the chunks of an m_max-row matrix). 0 for a type/k that matmul_supported rejects or n < 1.
+/// Device scratch bytes matmul_f16 uses for one output of m_max rows: the f16 activations [n][k],
+/// the partial sums of its k-split plan, and one chunk of dequantized rows (at most
+/// MINFER_CUDA_F16_CHUNK_MB MiB, balanced over the chunks of an m_max-row matrix). 0 for a type/k
+/// that matmul_supported rejects or n < 1.
 size_t f16_gemm_scratch_bytes(TensorType type, int64_t k, int64_t m_max, int64_t n);
+/// The same for outputs of ms[0 .. n_ms) rows read together by one matmul_f16 call: the chunk
+/// for the largest, and partial sums for the largest split plan any of them gets, so each output
+/// is computed as it would be alone.
+size_t f16_gemm_scratch_bytes(TensorType type, int64_t k, const int64_t* ms, int n_ms, int64_t n);
 /// The outputs of matmul_fused (up to 3, same type and k, the bias and residual adds as the
 /// epilogue) for n token columns on the f16 tensor cores: `qx` = quantize_activations(type, x,
 /// k, n) is turned into f16 rows, each weight matrix into f16 rows a chunk at a time, both in
