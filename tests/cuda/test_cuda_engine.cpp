@@ -190,6 +190,20 @@ TEST_P(CudaSynthModel, GreedyThirtyTwoIsIdenticalToTheCpu) {
                    std::string(c.arch) + "/" + std::string(type_name(c.type)) + "/kv " + std::string(type_name(c.kv)));
 }
 
+TEST_P(CudaSynthModel, GreedyThirtyTwoAfterA300TokenPromptIsIdenticalToTheCpu) {
+  // A prompt long enough for the prefill kernels of the default path (the f16 tensor-core GEMM
+  // from 16 tokens, flash attention) in ubatch-sized pieces, then 32 greedy tokens.
+  MINFER_REQUIRE_CUDA();
+  const SynthCase c = GetParam();
+  test::SynthSpec spec;
+  spec.arch = c.arch;
+  spec.type = c.type;
+  const auto model = Model::load(test::write_synth_model(spec, test::temp_dir()).string());
+  compare_cpu_cuda(model, random_prompt(300, spec.n_vocab, 6), c.kv,
+                   std::string(c.arch) + "/" + std::string(type_name(c.type)) + "/kv " + std::string(type_name(c.kv)) +
+                       " after 300 tokens");
+}
+
 INSTANTIATE_TEST_SUITE_P(
     EveryWeightType, CudaSynthModel,
     ::testing::Values(SynthCase{"qwen2", TensorType::F32, TensorType::F32}, SynthCase{"qwen2", TensorType::F16, TensorType::F32},
