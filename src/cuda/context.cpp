@@ -105,6 +105,8 @@ bool smem_opted_in(const void* func, size_t bytes) {
   return CudaContext::instance().smem_opted_in(func, bytes);
 }
 
+int context_sm_count() { return CudaContext::instance().info().sm_count; }
+
 std::string CudaContext::describe() const {
   return fmt::format("{} (sm_{}{}, {} SMs, {:.0f} GiB)", info_.name, info_.cc_major, info_.cc_minor,
                      info_.sm_count, static_cast<double>(info_.total_memory) / (1u << 30));

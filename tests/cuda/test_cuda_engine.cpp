@@ -177,31 +177,31 @@ struct SynthCase {
   TensorType kv;
 };
 
-class CudaSynthModel : public ::testing::TestWithParam<SynthCase> {};
+class CudaSynthModel : public ::testing::TestWithParam<SynthCase> {
+ protected:
+  /// compare_cpu_cuda on the case's synth model with a random prompt of n_prompt tokens.
+  void compare(int n_prompt, uint32_t seed) {
+    const SynthCase c = GetParam();
+    test::SynthSpec spec;
+    spec.arch = c.arch;
+    spec.type = c.type;
+    const auto model = Model::load(test::write_synth_model(spec, test::temp_dir()).string());
+    compare_cpu_cuda(model, random_prompt(n_prompt, spec.n_vocab, seed), c.kv,
+                     std::string(c.arch) + "/" + std::string(type_name(c.type)) + "/kv " +
+                         std::string(type_name(c.kv)) + " after " + std::to_string(n_prompt) + " tokens");
+  }
+};
 
 TEST_P(CudaSynthModel, GreedyThirtyTwoIsIdenticalToTheCpu) {
   MINFER_REQUIRE_CUDA();
-  const SynthCase c = GetParam();
-  test::SynthSpec spec;
-  spec.arch = c.arch;
-  spec.type = c.type;
-  const auto model = Model::load(test::write_synth_model(spec, test::temp_dir()).string());
-  compare_cpu_cuda(model, random_prompt(12, spec.n_vocab, 5), c.kv,
-                   std::string(c.arch) + "/" + std::string(type_name(c.type)) + "/kv " + std::string(type_name(c.kv)));
+  compare(12, 5);
 }
 
 TEST_P(CudaSynthModel, GreedyThirtyTwoAfterA300TokenPromptIsIdenticalToTheCpu) {
   // A prompt long enough for the prefill kernels of the default path (the f16 tensor-core GEMM
   // from 16 tokens, flash attention) in ubatch-sized pieces, then 32 greedy tokens.
   MINFER_REQUIRE_CUDA();
-  const SynthCase c = GetParam();
-  test::SynthSpec spec;
-  spec.arch = c.arch;
-  spec.type = c.type;
-  const auto model = Model::load(test::write_synth_model(spec, test::temp_dir()).string());
-  compare_cpu_cuda(model, random_prompt(300, spec.n_vocab, 6), c.kv,
-                   std::string(c.arch) + "/" + std::string(type_name(c.type)) + "/kv " + std::string(type_name(c.kv)) +
-                       " after 300 tokens");
+  compare(300, 6);
 }
 
 INSTANTIATE_TEST_SUITE_P(

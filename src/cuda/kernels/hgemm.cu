@@ -389,9 +389,6 @@ bool launch_dequant_f16(TensorType type, const void* w, int64_t row_bytes, int64
   case TensorType::T:                \
     return launch_dequant_type<TensorType::T>(wb, row_bytes, k, r0, rows, out, ldw, stream, "dequant_f16_" name);
   switch (type) {
-    MINFER_DEQUANT_CASE(F32, "f32")
-    MINFER_DEQUANT_CASE(F16, "f16")
-    MINFER_DEQUANT_CASE(BF16, "bf16")
     MINFER_DEQUANT_CASE(Q4_0, "q4_0")
     MINFER_DEQUANT_CASE(Q4_1, "q4_1")
     MINFER_DEQUANT_CASE(Q5_0, "q5_0")

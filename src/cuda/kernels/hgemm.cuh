@@ -101,7 +101,7 @@ size_t hgemm_partial_bytes(int64_t n, int64_t m, int splits);
 bool launch_hgemm(bool bf16, const uint16_t* a, int64_t lda, int64_t n, int64_t k, const HgemmOut& o,
                   const HgemmPlan& plan, float* partial, size_t partial_bytes, cudaStream_t stream);
 
-/// Rows [r0, r0 + rows) of the quantized (or f32/f16/bf16) weights `w` (row_bytes bytes per row,
+/// Rows [r0, r0 + rows) of the quantized weights `w` (row_bytes bytes per row,
 /// k elements) as f16 into out[(r - r0) * ldw + e]; ldw a multiple of 8 >= k, out 16-byte aligned,
 /// k a multiple of 8. Site "dequant_f16_<type>".
 bool launch_dequant_f16(TensorType type, const void* w, int64_t row_bytes, int64_t k, int64_t r0, int64_t rows,

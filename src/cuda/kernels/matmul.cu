@@ -3,7 +3,6 @@
 // mmq.cuh) and the prefill GEMM (n > 8 otherwise, gemm.cuh).
 #include "cuda/kernels/matmul.cuh"
 
-#include <atomic>
 #include <cstring>
 #include <vector>
 
@@ -15,6 +14,7 @@
 #include "cuda/kernels/mmq.cuh"
 #include "cuda/kernels/mmvq.cuh"
 #include "cuda/kernels/quantize_acts.cuh"
+#include "cuda/kernels/smem_optin.cuh"
 #include "quant/blocks.h"
 #include "quant/quant.h"
 
@@ -29,19 +29,6 @@ constexpr int64_t kMaxGemmN = int64_t{65535} * mm::kGemmBN;
 
 bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; }
 
-/// SMs of the current device (queried once per device and process; 132 on the H200).
-int device_sm_count() {
-  static std::atomic<int> cached[64] = {};
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 132;
-  int v = cached[dev].load(std::memory_order_relaxed);
-  if (v == 0) {
-    if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || v <= 0) v = 132;
-    cached[dev].store(v, std::memory_order_relaxed);
-  }
-  return v;
-}
-
 size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 
 /// hgemm_plan for this device, with the A/B overrides MINFER_CUDA_HGEMM_TILE (64 or 128 rows)
@@ -50,7 +37,7 @@ mm::HgemmPlan plan_for(int64_t n, int64_t m, int64_t k, int max_splits, bool bf1
   const int64_t tile = env_int("MINFER_CUDA_HGEMM_TILE", 0);
   const int64_t split = env_int("MINFER_CUDA_HGEMM_SPLIT", 0);
   const int64_t bk = env_int("MINFER_CUDA_HGEMM_BK", 0);
-  mm::HgemmPlan p = mm::hgemm_plan(n, m, k, device_sm_count(), split > 0 ? 1 : max_splits);
+  mm::HgemmPlan p = mm::hgemm_plan(n, m, k, context_sm_count(), split > 0 ? 1 : max_splits);
   if (tile != 0) p.bw = static_cast<int>(tile);
   if (bk != 0) p.bk = static_cast<int>(bk);
   if (split > 0) {
@@ -311,13 +298,19 @@ struct F16Layout {
   size_t total = 0;
 };
 
+/// Rows per chunk of an m-row matrix of k-element rows within MINFER_CUDA_F16_CHUNK_MB (at
+/// least 64 rows, or all of a smaller matrix).
+int64_t default_chunk_rows(int64_t k, int64_t m) {
+  const size_t cap = static_cast<size_t>(env_int("MINFER_CUDA_F16_CHUNK_MB", 512)) << 20;
+  const int64_t rows = f16_chunk_rows(k, m, cap);
+  return rows > 0 ? rows : (m < 64 ? m : 64);
+}
+
 F16Layout f16_layout(int64_t k, const int64_t* ms, int n_ms, int64_t n) {
   F16Layout l;
   int64_t m_max = 0;
   for (int i = 0; i < n_ms; ++i) m_max = ms[i] > m_max ? ms[i] : m_max;
-  const size_t chunk_cap = static_cast<size_t>(env_int("MINFER_CUDA_F16_CHUNK_MB", 512)) << 20;
-  const int64_t rows = f16_chunk_rows(k, m_max, chunk_cap);
-  l.rows = rows > 0 ? rows : (m_max < 64 ? m_max : 64);
+  l.rows = default_chunk_rows(k, m_max);
   l.act_bytes = align256(static_cast<size_t>(n * k) * 2);
   // The partial sums of the largest split plan any chunk of any output gets (full chunks and
   // each output's last, shorter one), so every output keeps the plan it would get alone.
@@ -357,11 +350,8 @@ struct FfnLayout {
 
 FfnLayout ffn_layout(int64_t k, int64_t ff, int64_t m, int64_t n) {
   FfnLayout l;
-  const size_t cap = static_cast<size_t>(env_int("MINFER_CUDA_F16_CHUNK_MB", 512)) << 20;
-  l.rows_gu = f16_chunk_rows(k, 2 * ff, cap);
-  if (l.rows_gu < 1) l.rows_gu = 2 * ff < 64 ? 2 * ff : 64;
-  l.rows_d = f16_chunk_rows(ff, m, cap);
-  if (l.rows_d < 1) l.rows_d = m < 64 ? m : 64;
+  l.rows_gu = default_chunk_rows(k, 2 * ff);
+  l.rows_d = default_chunk_rows(ff, m);
   l.x_bytes = align256(static_cast<size_t>(n * k) * 2);
   l.h_bytes = align256(static_cast<size_t>(n * ff) * 2);
   const size_t p_gu = mm::hgemm_partial_bytes(n, l.rows_gu, plan_for(n, l.rows_gu, k, mm::kHgemmMaxSplits).splits);

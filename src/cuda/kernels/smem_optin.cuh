@@ -27,4 +27,8 @@ std::span<const SmemOptin> smem_optins();
 /// True when the context opted `func` in to at least `bytes` of dynamic shared memory.
 bool smem_opted_in(const void* func, size_t bytes);
 
+/// Multiprocessors of the context's device (DeviceInfo::sm_count), for launch plans made below
+/// the backend (matmul.cu's f16 GEMM plans).
+int context_sm_count();
+
 }  // namespace minfer::cuda
