@@ -217,6 +217,70 @@ TEST(Synth, layers_option_writes_that_many_layers_of_the_preset_shape) {
   }
 }
 
+TEST(Synth, distinct_rows_repeat_the_first_rows_with_every_shape_and_type_kept) {
+  MINFER_REQUIRE_SHARED(kVocab);
+  const ScratchDir scratch;
+  const auto& dir = scratch.path;
+  SynthOptions o;
+  o.arch = "qwen2";
+  o.preset = "tiny-odd";  // some rows fall back to other types: the repeat works per row bytes
+  o.ftype = parse_file_type("q4_K_M");
+  o.vocab = test::shared_path(kVocab).string();
+  o.seed = 5;
+  o.n_threads = 2;
+  o.progress = false;
+  o.output = (dir / "full.gguf").string();
+  synth_model(o);
+  constexpr int64_t kDistinct = 3;
+  o.distinct_rows = kDistinct;
+  o.output = (dir / "d2.gguf").string();
+  synth_model(o);
+  o.n_threads = 1;
+  o.output = (dir / "d1.gguf").string();
+  synth_model(o);
+  EXPECT_TRUE(test::read_bytes(dir / "d1.gguf") == test::read_bytes(dir / "d2.gguf")) << "thread count changed bytes";
+
+  const auto full = gguf::GgufFile::open((dir / "full.gguf").string());
+  const auto rep = gguf::GgufFile::open((dir / "d2.gguf").string());
+  ASSERT_EQ(full->tensors().size(), rep->tensors().size());
+  int matrices = 0;
+  for (const gguf::TensorInfo& a : full->tensors()) {
+    const gguf::TensorInfo* b = rep->find_tensor(a.name);
+    ASSERT_NE(b, nullptr) << a.name;
+    EXPECT_EQ(b->type, a.type) << a.name;
+    ASSERT_EQ(b->nbytes, a.nbytes) << a.name;
+    const int64_t rows = a.n_rows();
+    const size_t rb = a.nbytes / static_cast<size_t>(rows);
+    if (rows <= kDistinct) {  // norms and biases: one row, written in full
+      EXPECT_EQ(std::memcmp(a.data, b->data, a.nbytes), 0) << a.name;
+      continue;
+    }
+    ++matrices;
+    EXPECT_EQ(std::memcmp(a.data, b->data, rb * kDistinct), 0) << a.name << ": the first rows are the full synth's";
+    std::set<int64_t> used;
+    for (int64_t r = kDistinct; r < rows; ++r) {
+      int64_t src = -1;
+      for (int64_t d = 0; d < kDistinct && src < 0; ++d)
+        if (std::memcmp(b->data + r * rb, b->data + d * rb, rb) == 0) src = d;
+      ASSERT_GE(src, 0) << a.name << " row " << r << " is not a copy of one of the first rows";
+      used.insert(src);
+    }
+    EXPECT_EQ(used.size(), static_cast<size_t>(kDistinct)) << a.name << ": the seeded order uses every row";
+  }
+  EXPECT_GT(matrices, 10);
+  const auto m = Model::load((dir / "d2.gguf").string());
+  EXPECT_EQ(m->weight("blk.1.ffn_down.weight").nbytes, full->find_tensor("blk.1.ffn_down.weight")->nbytes);
+
+  for (const int64_t bad : {int64_t{-1}, kSynthMaxDistinctRows + 1}) {
+    o.distinct_rows = bad;
+    o.output = (dir / "bad.gguf").string();
+    EXPECT_CONTAINS(test::error_of([&] { synth_model(o); }),
+                    fmt::format("--distinct-rows {} is out of range: 1..2147483648 (0 or absent: every row distinct)",
+                                bad));
+    EXPECT_FALSE(std::filesystem::exists(dir / "bad.gguf"));
+  }
+}
+
 TEST(SynthVocab, short_vocabularies_are_padded_with_user_defined_pad_tokens) {
   MINFER_REQUIRE_SHARED(kVocab);
   const ScratchDir scratch;
@@ -416,6 +480,7 @@ TEST(SynthCommand, bad_inputs_give_one_line_errors_naming_the_value) {
       {"--arch qwen2 --preset tiny --type q8_0" + vocab + " -o " + (dir / "x" / "m.gguf").string(),
        (dir / "x" / "m.gguf").string()},
       {"--arch qwen2 --preset tiny --type q8_0 --layers 5000" + vocab + out, "--layers 5000 is out of range"},
+      {"--arch qwen2 --preset tiny --type q8_0 --distinct-rows -4" + vocab + out, "--distinct-rows -4 is out of range"},
   };
   for (const Case& c : cases) {
     const CmdResult r = run_cmd("synth " + c.args);

@@ -1,9 +1,11 @@
 #include "convert/model_writer.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <memory>
 
+#include "convert/synth_random.h"
 #include "core/error.h"
 #include "core/progress.h"
 #include "core/thread_pool.h"
@@ -45,8 +47,17 @@ void write_model(gguf::GgufWriter& w, std::vector<TensorJob> jobs, const std::st
       }
       int64_t n_rows = 1;
       for (size_t d = 1; d < job->ne.size(); ++d) n_rows *= job->ne[d];
-      encode_rows(job->type, job->ne[0], n_rows, job->rows, dst, *pool, job->name,
+      const int64_t encoded = job->distinct_rows > 0 ? std::min(n_rows, job->distinct_rows) : n_rows;
+      encode_rows(job->type, job->ne[0], encoded, job->rows, dst, *pool, job->name,
                   pb ? RowProgress([pb](uint64_t n) { pb->advance(n); }) : RowProgress());
+      if (encoded < n_rows) {
+        const size_t rb = nbytes / static_cast<size_t>(n_rows);
+        for (int64_t r = encoded; r < n_rows; ++r) {
+          const uint64_t src = counter_hash(job->repeat_key, static_cast<uint64_t>(r)) % static_cast<uint64_t>(encoded);
+          std::memcpy(dst + static_cast<size_t>(r) * rb, dst + src * rb, rb);
+        }
+        if (pb) pb->advance(static_cast<uint64_t>(n_rows - encoded) * static_cast<uint64_t>(job->ne[0]));
+      }
     });
   }
   w.write(path);

@@ -22,6 +22,11 @@ struct TensorJob {
   TensorType type;                ///< type written
   RowSource rows;                 ///< f32 rows to encode (used when `raw` is empty)
   std::span<const uint8_t> raw;   ///< bytes already in `type`, copied verbatim when non-empty
+  /// 0: every row comes from `rows`. D > 0: only rows 0..D-1 are encoded; each later row r is a
+  /// copy of encoded row (SplitMix64(repeat_key, r) mod D) -- a file of real shape and row bytes
+  /// written in the time of a copy (`minfer synth --distinct-rows`, for speed benchmarks).
+  int64_t distinct_rows = 0;
+  uint64_t repeat_key = 0;  ///< seeds the row order of `distinct_rows`
 };
 
 /// Adds `jobs` to `w` in order and writes `path`. Encoding runs on `n_threads` threads (0:

@@ -132,6 +132,9 @@ SynthReport synth_model(const SynthOptions& opt) {
   SynthPreset p = preset;  // the shape written: the preset with the layer count asked for
   if (opt.n_layer > 0) p.n_layer = opt.n_layer;
   rep.n_layer = p.n_layer;
+  if (opt.distinct_rows < 0 || opt.distinct_rows > kSynthMaxDistinctRows)
+    fail("--distinct-rows {} is out of range: 1..{} (0 or absent: every row distinct)", opt.distinct_rows,
+         kSynthMaxDistinctRows);
   check_not_overwriting(opt.output, opt.vocab);
 
   gguf::GgufWriter w;
@@ -157,6 +160,8 @@ SynthReport synth_model(const SynthOptions& opt) {
       for (int64_t c = 0; c < n; ++c)
         dst[c] = sc.mean + sc.std * normal_like(counter_hash(key, base + static_cast<uint64_t>(c)));
     };
+    j.distinct_rows = opt.distinct_rows;
+    j.repeat_key = splitmix64_mix(key);
     int64_t el = 1;
     for (int64_t d : s.ne) el *= d;
     rep.n_params += static_cast<uint64_t>(el);

@@ -25,11 +25,20 @@ struct SynthOptions {
   int64_t n_layer = 0;    ///< layers to write: 0 = the preset's; 1..kSynthMaxLayers replaces it
                           ///< (the first layers of a deeper or shallower copy, for profiling)
   bool progress = true;   ///< progress bar on stderr when it is a terminal
+  /// 0: every row of every matrix is generated and quantized. N in 1..2^31: only the first N
+  /// rows of each matrix are; the others repeat them in a seeded order (TensorJob::distinct_rows):
+  /// the same shapes, types and bytes per row, written in seconds, for speed benchmarks (kernel
+  /// time does not depend on weight values). Out of range: minfer::Error naming the value.
+  int64_t distinct_rows = 0;
 };
 
 /// The most layers `SynthOptions::n_layer` may ask for (GGUF block_count is a u32; this bound
 /// keeps a typo from writing terabytes).
 inline constexpr int64_t kSynthMaxLayers = 1024;
+
+/// The most `SynthOptions::distinct_rows` may ask for (any larger count is every row of every
+/// preset's matrices anyway).
+inline constexpr int64_t kSynthMaxDistinctRows = int64_t{1} << 31;
 
 struct SynthReport {
   const SynthPreset* preset = nullptr;

@@ -25,6 +25,7 @@ struct SynthArgs {
   int threads = 0;
   bool pure = false;
   int64_t layers = 0;
+  int64_t distinct_rows = 0;
 };
 
 std::string preset_list() {
@@ -46,13 +47,16 @@ void run(const SynthArgs& a) {
   opt.n_threads = resolve_thread_count(a.threads, "-t");
   opt.pure = a.pure;
   opt.n_layer = a.layers;
+  opt.distinct_rows = a.distinct_rows;
   const auto t0 = std::chrono::steady_clock::now();
   const convert::SynthReport r = convert::synth_model(opt);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string rows =
+      opt.distinct_rows > 0 ? fmt::format(", {} distinct rows per matrix", opt.distinct_rows) : std::string();
   log_info("wrote {} ({} {}, {} layers, {}): {} parameters, {:.2f} MiB of tensors, vocab {} tokens padded to "
-           "{}, seed {}, in {:.1f} s",
+           "{}, seed {}{}, in {:.1f} s",
            a.output, r.preset->arch, r.preset->name, r.n_layer, file_type_name(opt.ftype), r.n_params,
-           static_cast<double>(r.bytes) / 1048576.0, r.vocab_tokens, r.preset->n_vocab, opt.seed, s);
+           static_cast<double>(r.bytes) / 1048576.0, r.vocab_tokens, r.preset->n_vocab, opt.seed, rows, s);
 }
 
 }  // namespace
@@ -73,6 +77,9 @@ void add_synth_command(CLI::App& app) {
   cmd->add_option("--layers", args->layers,
                   "write this many layers instead of the preset's (1..1024; a shallower model with the "
                   "real layer shapes, for profiling)");
+  cmd->add_option("--distinct-rows", args->distinct_rows,
+                  "generate and quantize only this many rows per matrix and repeat them in a seeded order "
+                  "(same shapes and bytes per row, written in seconds: for speed benchmarks)");
   cmd->callback([args] { run(*args); });
 }
 
