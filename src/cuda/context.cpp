@@ -107,6 +107,11 @@ bool smem_opted_in(const void* func, size_t bytes) {
 
 int context_sm_count() { return CudaContext::instance().info().sm_count; }
 
+int context_compute_capability() {
+  const DeviceInfo& i = CudaContext::instance().info();
+  return 10 * i.cc_major + i.cc_minor;
+}
+
 std::string CudaContext::describe() const {
   return fmt::format("{} (sm_{}{}, {} SMs, {:.0f} GiB)", info_.name, info_.cc_major, info_.cc_minor,
                      info_.sm_count, static_cast<double>(info_.total_memory) / (1u << 30));

@@ -221,21 +221,73 @@ TEST_P(CudaF16Gemm, chunks_of_rows_give_the_same_bytes_as_one_chunk) {
 
 TEST_P(CudaF16Gemm, every_tile_and_stage_length_gives_the_same_bytes) {
   // Without k splits every output is summed in the same k16 order whatever the tile (64 or 128
-  // weight rows) or the stage length (32 or 64 elements of k).
+  // weight rows) or the stage length (32 or 64 elements of k): within the mma.sync build, and
+  // within the sm_90a wgmma build (64 or 128 rows per m64nN product).
   const TensorType type = GetParam();
   const F16Case c = make_case(pool_, type, 300, ks_for(type)[1], 140, 5150);
   test::ScopedEnv one_split("MINFER_CUDA_HGEMM_SPLIT", "1");
   bool ok = false;
-  const auto want = run(c, true, 0, &ok);
-  ASSERT_TRUE(ok) << failure_text();
-  for (const char* tile : {"64", "128"})
-    for (const char* bk : {"32", "64"}) {
-      SCOPED_TRACE(std::string("tile ") + tile + " bk " + bk);
-      test::ScopedEnv t("MINFER_CUDA_HGEMM_TILE", tile), b("MINFER_CUDA_HGEMM_BK", bk);
-      const auto got = run(c, true, 0, &ok);
-      ASSERT_TRUE(ok) << failure_text();
+  {
+    test::ScopedEnv mma("MINFER_CUDA_HGEMM_WGMMA", "0");
+    const auto want = run(c, true, 0, &ok);
+    ASSERT_TRUE(ok) << failure_text();
+    for (const char* tile : {"64", "128"})
+      for (const char* bk : {"32", "64"}) {
+        SCOPED_TRACE(std::string("mma.sync tile ") + tile + " bk " + bk);
+        test::ScopedEnv t("MINFER_CUDA_HGEMM_TILE", tile), b("MINFER_CUDA_HGEMM_BK", bk);
+        const auto got = run(c, true, 0, &ok);
+        ASSERT_TRUE(ok) << failure_text();
+        EXPECT_TRUE(test::bytes_equal(as_bytes(got), as_bytes(want)));
+      }
+  }
+  if (!cuda::mm::hgemm_wgmma_supported()) return;  // no sm_90a GPU or build: nothing more to compare
+  std::vector<float> want;
+  for (const char* tile : {"128", "64"}) {
+    SCOPED_TRACE(std::string("wgmma tile ") + tile);
+    test::ScopedEnv t("MINFER_CUDA_HGEMM_TILE", tile);
+    const auto got = run(c, true, 0, &ok);
+    ASSERT_TRUE(ok) << failure_text();
+    EXPECT_TRUE(within_bound(c, got, c.m + kPad, true));
+    if (want.empty())
+      want = got;
+    else
       EXPECT_TRUE(test::bytes_equal(as_bytes(got), as_bytes(want)));
+  }
+}
+
+TEST(CudaF16GemmApi, the_default_route_on_sm90a_is_the_wgmma_build) {
+  // With every wgmma launch site failing, a default matmul_f16 run reports a wgmma site on an
+  // H100/H200 with the sm_90a build, and none with MINFER_CUDA_HGEMM_WGMMA=0.
+  MINFER_REQUIRE_CUDA_DEVICE();
+  if (!cuda::mm::hgemm_wgmma_supported()) GTEST_SKIP() << "needs compute capability 9.0 and an sm_90a build";
+  const int64_t m = 200, k = 1024, n = 64;
+  const auto w = test::random_weights(TensorType::F16, m, k, 7);
+  const auto x = test::random_acts(k, n, 8);
+  DeviceBuffer dw(w.size()), dx(x.size() * 4), dy(static_cast<size_t>(m * n) * 4);
+  DeviceBuffer dq(cuda::quantized_activation_bytes(TensorType::F16, k, n));
+  dw.upload(w.data(), w.size());
+  dx.upload(x.data(), x.size() * 4);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  ASSERT_TRUE(cuda::quantize_activations(TensorType::F16, dx.as<float>(), k, n, dq.get(), stream));
+  test::ScopedEnv fail("MINFER_CUDA_FAIL_LAUNCH", "hgemm_f16_wgmma,hgemm_f16_w64_wgmma");
+  for (const char* on : {"1", "0"}) {
+    test::ScopedEnv e("MINFER_CUDA_HGEMM_WGMMA", on);
+    cuda::clear_launch_failure();
+    const bool ran = cuda::matmul(TensorType::F16, dw.get(), k, m, dx.as<float>(), dq.get(), n, dy.as<float>(), m, stream);
+    const cuda::LaunchFailure* f = cuda::launch_failure();
+    if (std::string(on) == "1") {
+      EXPECT_FALSE(ran);
+      ASSERT_NE(f, nullptr);
+      EXPECT_NE(std::string(f->site).find("_wgmma"), std::string::npos) << f->site;
+    } else {
+      EXPECT_TRUE(ran) << failure_text();
+      EXPECT_EQ(f, nullptr) << f->site;
     }
+  }
+  cuda::clear_launch_failure();
+  EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  cudaStreamDestroy(stream);
 }
 
 TEST_P(CudaF16Gemm, k_splits_stay_within_the_bound) {
@@ -509,8 +561,10 @@ TEST_P(CudaHgemmFloat, matmul_of_16_bit_weights_is_within_the_accumulation_bound
     EXPECT_EQ(pad, 0);
     // The route: with every hgemm launch site failing, matmul() reports one of them.
     test::ScopedEnv fail("MINFER_CUDA_FAIL_LAUNCH",
-                         bf ? "hgemm_bf16,hgemm_bf16_w64,hgemm_bf16_k64,hgemm_bf16_w64_k64"
-                            : "hgemm_f16,hgemm_f16_w64,hgemm_f16_k64,hgemm_f16_w64_k64");
+                         bf ? "hgemm_bf16,hgemm_bf16_w64,hgemm_bf16_k64,hgemm_bf16_w64_k64,hgemm_bf16_wgmma,"
+                              "hgemm_bf16_w64_wgmma"
+                            : "hgemm_f16,hgemm_f16_w64,hgemm_f16_k64,hgemm_f16_w64_k64,hgemm_f16_wgmma,"
+                              "hgemm_f16_w64_wgmma");
     cuda::clear_launch_failure();
     EXPECT_FALSE(cuda::matmul(type, dw.get(), k, m, dx.as<float>(), dq.get(), n, dy.as<float>(), ldy, stream_));
     const cuda::LaunchFailure* f = cuda::launch_failure();

@@ -9,6 +9,7 @@
 #include "cuda/kernels/gemm_dequant.cuh"
 #include "cuda/kernels/launch.cuh"
 #include "cuda/kernels/ptx.cuh"
+#include "cuda/kernels/wgmma.cuh"
 
 namespace minfer::cuda::mm {
 namespace {
@@ -184,6 +185,136 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
 }
 
+/// Shared memory of the wgmma build (HgemmPlan::wgmma): 3 stages of 64 elements of k, each the
+/// 128 token rows then the BW weight rows, 128 bytes per row in the 128-byte swizzle layout
+/// (wgmma_desc_sw128), plus slack to align the stages to 1024 bytes.
+template <int BW>
+struct WgmmaSmem {
+  static constexpr int stages = 3;
+  static constexpr size_t a_stage = static_cast<size_t>(kHgemmBT) * 128;  // bytes
+  static constexpr size_t b_stage = static_cast<size_t>(BW) * 128;
+  static constexpr size_t total = stages * (a_stage + b_stage) + 1024;
+};
+
+/// The sm_90a build of the 128-token x BW-row tile: the same operands, outputs and epilogues as
+/// hgemm_kernel, computed by two warpgroups (threads 0-127: tokens 0-63 of the tile, 128-255:
+/// tokens 64-127), each one m64nBWk16 wgmma per k16 step reading both operands straight from
+/// shared memory (no ldmatrix, no register fragments). Stage s + 2 is copied (cp.async) while
+/// the tensor cores work on stage s; each stage's wgmma group completes before its buffer is
+/// refilled. Accumulator i of a thread (m64nN fragment, PTX ISA): token 16 (warp % 4) + lane / 4
+/// (+ 8 for i % 4 >= 2) of its warpgroup's 64, weight row 8 (i / 4) + 2 (lane % 4) + i % 2.
+template <bool kBf16, int BW>
+__global__ void __launch_bounds__(kThreads, 2)
+    hgemm_wgmma_kernel(const uint16_t* __restrict__ a, int64_t lda, int64_t n, int64_t k_all, int64_t kps,
+                       HgemmOut o, float* __restrict__ partial) {
+#ifdef MINFER_WGMMA_DEVICE
+  using S = WgmmaSmem<BW>;
+  constexpr int kStages = S::stages;
+  constexpr int kBK = 64;
+  constexpr int kAcc = BW / 2;  // 64 x BW f32 per warpgroup of 128 threads
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  const uint32_t raw = smem_u32(smem_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  uint8_t* const smem = smem_raw + (base - raw);
+
+  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kHgemmBT;
+  const int64_t j0 = static_cast<int64_t>(blockIdx.y) * BW;
+  const int64_t kbeg = static_cast<int64_t>(blockIdx.z) * kps;
+  const int64_t k = k_all - kbeg < kps ? k_all - kbeg : kps;
+  a += kbeg;
+  const uint16_t* const w = o.w + kbeg;
+  const int64_t ksteps = (k + kBK - 1) / kBK;
+
+  // Chunk q (16 bytes) of row r goes to chunk position q ^ (r % 8) of the row's 128 bytes.
+  auto issue = [&](int64_t s, int buf) {
+    const int64_t kk = s * kBK;
+    uint8_t* const sa = smem + buf * S::a_stage;
+    uint8_t* const sb = smem + kStages * S::a_stage + buf * S::b_stage;
+#pragma unroll
+    for (int i = 0; i < kHgemmBT * 8 / kThreads; ++i) {
+      const int c = tid + i * kThreads, r = c >> 3, q = c & 7;
+      const int64_t t = t0 + r, e = kk + 8 * q;
+      const bool ok = t < n && e < k;
+      cp_async16(sa + r * 128 + ((q ^ (r & 7)) << 4), ok ? a + t * lda + e : a, ok ? 16 : 0);
+    }
+#pragma unroll
+    for (int i = 0; i < BW * 8 / kThreads; ++i) {
+      const int c = tid + i * kThreads, r = c >> 3, q = c & 7;
+      const int64_t j = j0 + r, e = kk + 8 * q;
+      const bool ok = j < o.m && e < k;
+      cp_async16(sb + r * 128 + ((q ^ (r & 7)) << 4), ok ? w + j * o.ldw + e : w, ok ? 16 : 0);
+    }
+  };
+
+  float acc[kAcc];
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
+
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < ksteps) issue(s, s);
+    cp_async_commit();
+  }
+  for (int64_t s = 0; s < ksteps; ++s) {
+    cp_async_wait<kStages - 2>();
+    fence_proxy_async_smem();  // this thread's copies of stage s, visible to wgmma
+    __syncthreads();           // every thread's; the wgmma group of stage s - 1 is complete (below)
+    const int buf = static_cast<int>(s % kStages);
+    const uint64_t da = wgmma_desc_sw128(base + static_cast<uint32_t>(buf * S::a_stage + wg * 64 * 128));
+    const uint64_t db = wgmma_desc_sw128(base + static_cast<uint32_t>(kStages * S::a_stage + buf * S::b_stage));
+    wgmma_fence();
+#pragma unroll
+    for (int kq = 0; kq < kBK / 16; ++kq) {
+      if constexpr (BW == 128) {
+        if constexpr (kBf16)
+          wgmma_m64n128k16_bf16(acc, da + 2 * kq, db + 2 * kq);
+        else
+          wgmma_m64n128k16_f16(acc, da + 2 * kq, db + 2 * kq);
+      } else {
+        if constexpr (kBf16)
+          wgmma_m64n64k16_bf16(acc, da + 2 * kq, db + 2 * kq);
+        else
+          wgmma_m64n64k16_f16(acc, da + 2 * kq, db + 2 * kq);
+      }
+    }
+    wgmma_commit();
+    {
+      const int64_t nx = s + kStages - 1;  // into buffer (s - 1) % 3, whose group completed
+      if (nx < ksteps) issue(nx, static_cast<int>(nx % kStages));
+      cp_async_commit();
+    }
+    wgmma_wait<0>();
+  }
+  cp_async_wait_all();
+
+  const int g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t t = t0 + wg * 64 + (warp & 3) * 16 + g + 8 * h;
+    if (t >= n) continue;
+#pragma unroll
+    for (int i = 0; i < BW / 8; ++i) {
+      const int64_t j = j0 + i * 8 + 2 * tq;  // even
+      const float v0 = acc[i * 4 + 2 * h], v1 = acc[i * 4 + 2 * h + 1];
+      if (partial != nullptr) {
+        float* p = partial + (static_cast<int64_t>(blockIdx.z) * n + t) * o.m;
+        if (j < o.m) p[j] = v0;
+        if (j + 1 < o.m) p[j + 1] = v1;
+      } else if (o.glu) {
+        if (j + 1 < o.m) store_out(o, t, j >> 1, glu_value(v0, v1));
+      } else {
+        if (j < o.m) store_out(o, t, j, epilogue(o, t, j, v0));
+        if (j + 1 < o.m) store_out(o, t, j + 1, epilogue(o, t, j + 1, v1));
+      }
+    }
+  }
+#else
+  (void)a, (void)lda, (void)n, (void)k_all, (void)kps, (void)o, (void)partial;
+  __trap();  // launch_hgemm only picks this build where the sm_90a code exists
+#endif
+}
+
 /// y = sum of the splits' partial sums in split order, then the bias and residual adds (or, with
 /// glu, SwiGLU of each gate/up pair of rows).
 __global__ void __launch_bounds__(256)
@@ -211,25 +342,43 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-template <bool kBf16, int BW, int BK>
-bool launch_tile(const uint16_t* a, int64_t lda, int64_t n, int64_t k, int splits, const HgemmOut& o,
-                 float* partial, cudaStream_t stream, const char* site) {
-  constexpr size_t bytes = HgemmSmem<BW, BK>::total;
-  const void* fn = reinterpret_cast<const void*>(&hgemm_kernel<kBf16, BW, BK>);
-  if (!smem_opted_in(fn, bytes)) {
+using HgemmKernelFn = void (*)(const uint16_t*, int64_t, int64_t, int64_t, int64_t, HgemmOut, float*);
+
+/// Launches `kernel` (a BW-row tile build needing `bytes` of dynamic shared memory) over the
+/// token tiles, row tiles and splits, then the split reduction.
+bool launch_grid(HgemmKernelFn kernel, size_t bytes, int bw, const uint16_t* a, int64_t lda, int64_t n, int64_t k,
+                 int splits, const HgemmOut& o, float* partial, cudaStream_t stream, const char* site) {
+  if (!smem_opted_in(reinterpret_cast<const void*>(kernel), bytes)) {
     note_launch_failure(site, cudaErrorInvalidConfiguration);  // the opt-in failed at context creation
     return false;
   }
   const int64_t kps = hgemm_split_length(k, splits);
-  const dim3 grid(static_cast<unsigned>((n + kHgemmBT - 1) / kHgemmBT), static_cast<unsigned>((o.m + BW - 1) / BW),
+  const dim3 grid(static_cast<unsigned>((n + kHgemmBT - 1) / kHgemmBT), static_cast<unsigned>((o.m + bw - 1) / bw),
                   static_cast<unsigned>(splits));
-  hgemm_kernel<kBf16, BW, BK><<<grid, kThreads, bytes, stream>>>(a, lda, n, k, kps, o, splits > 1 ? partial : nullptr);
+  kernel<<<grid, kThreads, bytes, stream>>>(a, lda, n, k, kps, o, splits > 1 ? partial : nullptr);
   if (!MINFER_LAUNCH_CHECK(site)) return false;
   if (splits == 1) return true;
   const int64_t total = n * (o.glu ? o.m / 2 : o.m);
   const int64_t blocks = (total + 255) / 256 < (int64_t{1} << 20) ? (total + 255) / 256 : (int64_t{1} << 20);
   hgemm_reduce_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(partial, splits, n, o);
   return MINFER_LAUNCH_CHECK("hgemm_reduce");
+}
+
+template <bool kBf16, int BW, int BK>
+bool launch_tile(const uint16_t* a, int64_t lda, int64_t n, int64_t k, int splits, const HgemmOut& o,
+                 float* partial, cudaStream_t stream, const char* site) {
+  return launch_grid(&hgemm_kernel<kBf16, BW, BK>, HgemmSmem<BW, BK>::total, BW, a, lda, n, k, splits, o, partial,
+                     stream, site);
+}
+
+template <bool kBf16>
+bool launch_wgmma(const uint16_t* a, int64_t lda, int64_t n, int64_t k, const HgemmOut& o, const HgemmPlan& plan,
+                  float* partial, cudaStream_t stream) {
+  if (plan.bw == 128)
+    return launch_grid(&hgemm_wgmma_kernel<kBf16, 128>, WgmmaSmem<128>::total, 128, a, lda, n, k, plan.splits, o,
+                       partial, stream, kBf16 ? "hgemm_bf16_wgmma" : "hgemm_f16_wgmma");
+  return launch_grid(&hgemm_wgmma_kernel<kBf16, 64>, WgmmaSmem<64>::total, 64, a, lda, n, k, plan.splits, o, partial,
+                     stream, kBf16 ? "hgemm_bf16_w64_wgmma" : "hgemm_f16_w64_wgmma");
 }
 
 template <bool kBf16, int BK>
@@ -307,6 +456,13 @@ namespace {
 
 template <bool kBf16>
 bool plan_opted_in(const HgemmPlan& p) {
+  if (p.wgmma) {
+    if (p.bk != 64) return false;
+    if (p.bw == 128)
+      return smem_opted_in(reinterpret_cast<const void*>(&hgemm_wgmma_kernel<kBf16, 128>), WgmmaSmem<128>::total);
+    return p.bw == 64 &&
+           smem_opted_in(reinterpret_cast<const void*>(&hgemm_wgmma_kernel<kBf16, 64>), WgmmaSmem<64>::total);
+  }
   if (p.bw == 128 && p.bk == 64)
     return smem_opted_in(reinterpret_cast<const void*>(&hgemm_kernel<kBf16, 128, 64>), HgemmSmem<128, 64>::total);
   if (p.bw == 128 && p.bk == 32)
@@ -320,7 +476,21 @@ bool plan_opted_in(const HgemmPlan& p) {
 
 }  // namespace
 
+bool hgemm_wgmma_supported() {
+#ifdef MINFER_CUDA_SM90A
+  return context_compute_capability() == 90;
+#else
+  return false;
+#endif
+}
+
 HgemmPlan hgemm_fit(HgemmPlan p, bool bf16) {
+  if (p.wgmma) {
+    HgemmPlan wp = p;
+    wp.bk = 64;
+    if (hgemm_wgmma_supported() && (bf16 ? plan_opted_in<true>(wp) : plan_opted_in<false>(wp))) return wp;
+    p.wgmma = false;
+  }
   const HgemmPlan tries[] = {p, {p.bw, p.splits, 32}, {64, p.splits, 64}, {64, p.splits, 32}};
   for (const HgemmPlan& t : tries)
     if (bf16 ? plan_opted_in<true>(t) : plan_opted_in<false>(t)) return t;
@@ -367,10 +537,14 @@ bool launch_hgemm(bool bf16, const uint16_t* a, int64_t lda, int64_t n, int64_t 
       o.ldw < k || o.ldw % 8 != 0 || o.m < 1 || o.ldy < (o.glu ? o.m / 2 : o.m) || (o.res != nullptr && o.ldr < o.m) ||
       (o.glu && (o.m % 2 != 0 || o.bias != nullptr || o.res != nullptr)) || !aligned16(a) || !aligned16(o.w) ||
       (n + kHgemmBT - 1) / kHgemmBT > 0x7FFFFFFF || (plan.bw != 64 && plan.bw != 128) || (plan.bk != 32 && plan.bk != 64) ||
+      (plan.wgmma && (plan.bk != 64 || !hgemm_wgmma_supported())) ||
       (o.m + plan.bw - 1) / plan.bw > 65535 || plan.splits < 1 || plan.splits > kHgemmMaxSplits ||
       hgemm_split_length(k, plan.splits) * (plan.splits - 1) >= k ||
       (plan.splits > 1 && (partial == nullptr || partial_bytes < hgemm_partial_bytes(n, o.m, plan.splits))))
     return bad_args("hgemm_bad_args");
+  if (plan.wgmma)
+    return bf16 ? launch_wgmma<true>(a, lda, n, k, o, plan, partial, stream)
+                : launch_wgmma<false>(a, lda, n, k, o, plan, partial, stream);
   if (plan.bk == 64)
     return bf16 ? launch_bk<true, 64>(a, lda, n, k, o, plan, partial, stream)
                 : launch_bk<false, 64>(a, lda, n, k, o, plan, partial, stream);
@@ -426,6 +600,10 @@ std::span<const SmemOptin> hgemm_smem_optins() {
       {"hgemm_bf16_k64", reinterpret_cast<const void*>(&hgemm_kernel<true, 128, 64>), HgemmSmem<128, 64>::total},
       {"hgemm_f16_w64_k64", reinterpret_cast<const void*>(&hgemm_kernel<false, 64, 64>), HgemmSmem<64, 64>::total},
       {"hgemm_bf16_w64_k64", reinterpret_cast<const void*>(&hgemm_kernel<true, 64, 64>), HgemmSmem<64, 64>::total},
+      {"hgemm_f16_wgmma", reinterpret_cast<const void*>(&hgemm_wgmma_kernel<false, 128>), WgmmaSmem<128>::total},
+      {"hgemm_bf16_wgmma", reinterpret_cast<const void*>(&hgemm_wgmma_kernel<true, 128>), WgmmaSmem<128>::total},
+      {"hgemm_f16_w64_wgmma", reinterpret_cast<const void*>(&hgemm_wgmma_kernel<false, 64>), WgmmaSmem<64>::total},
+      {"hgemm_bf16_w64_wgmma", reinterpret_cast<const void*>(&hgemm_wgmma_kernel<true, 64>), WgmmaSmem<64>::total},
   };
   return list;
 }

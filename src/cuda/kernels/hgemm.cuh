@@ -74,14 +74,23 @@ struct HgemmPlan {
   int bw = 128;
   int splits = 1;
   int bk = 64;  ///< k elements per pipeline stage: 64 (3 stages, the default) or 32 (4 stages)
+  /// The sm_90a build (hgemm_wgmma_supported): warpgroup MMA (wgmma.m64nBWk16) reading both
+  /// operands from 128-byte-swizzled shared memory; bk 64 only. Same outputs and epilogues; its
+  /// sums are within the same bound but not bitwise those of the mma.sync build.
+  bool wgmma = false;
 };
+
+/// True when this build has the sm_90a code (MINFER_CUDA_ARCHS lists 90a) and the context's GPU
+/// is compute capability 9.0 (H100 / H200): HgemmPlan::wgmma can run.
+bool hgemm_wgmma_supported();
 
 /// The plan with the least modeled time for n tokens x m rows x k on `sm_count` SMs with up to
 /// `max_splits` splits (1: no split): the busiest SM's blocks times each block's work (rows x
 /// k per split), scaled by the constants above. Pure host function (unit-tested without a GPU).
 HgemmPlan hgemm_plan(int64_t n, int64_t m, int64_t k, int sm_count, int max_splits);
 
-/// `p` if its kernel instantiation got its shared memory at context creation (smem_optin.cuh),
+/// `p` if its kernel instantiation got its shared memory at context creation (smem_optin.cuh)
+/// (a wgmma plan: with bk 64, when hgemm_wgmma_supported(), else it falls back to mma.sync),
 /// else the first of (bw, bk 32), (64, 64), (64, 32) that did, with the same splits; bw = 0 when
 /// none did (a GPU with less than ~80 KiB of opt-in shared memory per block: the caller takes
 /// another kernel).

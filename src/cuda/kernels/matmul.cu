@@ -31,8 +31,9 @@ bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p
 
 size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 
-/// hgemm_plan for this device, with the A/B overrides MINFER_CUDA_HGEMM_TILE (64 or 128 rows)
-/// and MINFER_CUDA_HGEMM_SPLIT (k splits, capped by max_splits and by what k allows).
+/// hgemm_plan for this device, with the A/B overrides MINFER_CUDA_HGEMM_TILE (64 or 128 rows),
+/// MINFER_CUDA_HGEMM_SPLIT (k splits, capped by max_splits and by what k allows),
+/// MINFER_CUDA_HGEMM_BK and MINFER_CUDA_HGEMM_WGMMA (0: the mma.sync build on sm_90a too).
 mm::HgemmPlan plan_for(int64_t n, int64_t m, int64_t k, int max_splits, bool bf16 = false) {
   const int64_t tile = env_int("MINFER_CUDA_HGEMM_TILE", 0);
   const int64_t split = env_int("MINFER_CUDA_HGEMM_SPLIT", 0);
@@ -40,6 +41,9 @@ mm::HgemmPlan plan_for(int64_t n, int64_t m, int64_t k, int max_splits, bool bf1
   mm::HgemmPlan p = mm::hgemm_plan(n, m, k, context_sm_count(), split > 0 ? 1 : max_splits);
   if (tile != 0) p.bw = static_cast<int>(tile);
   if (bk != 0) p.bk = static_cast<int>(bk);
+  // The sm_90a wgmma build where it exists (hgemm_fit falls back), unless turned off or a 32-element
+  // stage is asked for (the wgmma build has 64-element stages only).
+  p.wgmma = p.bk == 64 && env_int("MINFER_CUDA_HGEMM_WGMMA", 1) != 0;
   if (split > 0) {
     int s = static_cast<int>(split < max_splits ? split : max_splits);
     while (s > 1 && mm::hgemm_split_length(k, s) * (s - 1) >= k) --s;

@@ -31,4 +31,7 @@ bool smem_opted_in(const void* func, size_t bytes);
 /// the backend (matmul.cu's f16 GEMM plans).
 int context_sm_count();
 
+/// Compute capability of the context's device as 10 major + minor (90 for an H200).
+int context_compute_capability();
+
 }  // namespace minfer::cuda
