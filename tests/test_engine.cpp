@@ -266,6 +266,19 @@ TEST(EngineErrors, ContextOverflowAndBadTokensAreErrorsAndLeaveTheCacheIntact) {
   EXPECT_EQ(e.n_past(), 11);
 }
 
+TEST(EngineConfigDefaults, UbatchZeroIsTheDevicesDefaultAndNegativeIsAnError) {
+  test::SynthSpec spec;
+  auto model = tiny(spec);
+  EXPECT_EQ(default_ubatch(graph::BackendKind::Cpu), 512);
+  EXPECT_EQ(default_ubatch(graph::BackendKind::Cuda), 2048);
+  EngineConfig cfg = cpu_config();
+  cfg.n_ubatch = 0;
+  EXPECT_EQ(Engine(model, cfg).config().n_ubatch, 512);
+  EXPECT_EQ(EngineConfig{}.n_ubatch, 0) << "a default-constructed config takes the device's default";
+  cfg.n_ubatch = -3;
+  expect_error([&] { Engine e(model, cfg); }, {"ubatch size -3 must be positive"});
+}
+
 TEST(EngineErrors, SessionRejectsAPromptLongerThanTheContext) {
   MINFER_REQUIRE_SHARED("models/minfer-demo-py-q8_0.gguf");
   auto model = Model::load(test::shared_path("models/minfer-demo-py-q8_0.gguf").string());

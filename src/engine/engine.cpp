@@ -70,11 +70,16 @@ graph::BackendKind parse_device(std::string_view name) {
   fail("device '{}' is not known (use cpu or cuda)", name);
 }
 
+int32_t default_ubatch(graph::BackendKind device) {
+  return device == BackendKind::Cuda ? kDefaultUbatchCuda : kDefaultUbatchCpu;
+}
+
 Engine::Engine(std::shared_ptr<const Model> model, const EngineConfig& config)
     : model_(std::move(model)), cfg_(config) {
   const HParams& h = model_->hparams();
   if (cfg_.n_ctx <= 0) cfg_.n_ctx = std::min<int64_t>(h.n_ctx_train, 4096);
-  if (cfg_.n_ubatch <= 0) fail("ubatch size {} must be positive", cfg_.n_ubatch);
+  if (cfg_.n_ubatch < 0) fail("ubatch size {} must be positive (or 0 for the device's default)", cfg_.n_ubatch);
+  if (cfg_.n_ubatch == 0) cfg_.n_ubatch = default_ubatch(cfg_.device);
   if (cfg_.kv_window_granule <= 0) fail("KV window granule must be positive");
   check_context_fits(h, cfg_.n_ctx, cfg_.kv_type, cfg_.device);
   if (cfg_.n_ctx > h.n_ctx_train)

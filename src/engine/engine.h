@@ -18,11 +18,21 @@
 
 namespace minfer {
 
+/// Most tokens per forward graph when EngineConfig::n_ubatch is 0: 512 on the CPU (llama.cpp's
+/// default), 2048 on CUDA, where prefill GEMMs of 2048 tokens keep the tensor cores busy
+/// (Qwen2.5-7B Q4_K_M pp2048 on an H200: 21.4k t/s at 2048 against 15.9k at 512;
+/// docs/perf/2026-12-01-wgmma-prefill.md).
+inline constexpr int32_t kDefaultUbatchCpu = 512;
+inline constexpr int32_t kDefaultUbatchCuda = 2048;
+
+/// kDefaultUbatchCpu or kDefaultUbatchCuda for `device`.
+int32_t default_ubatch(graph::BackendKind device);
+
 struct EngineConfig {
   graph::BackendKind device = graph::BackendKind::Cpu;
   int n_threads = 0;            ///< CPU threads (0 = default_thread_count())
   int64_t n_ctx = 0;            ///< KV cells (0 = min(training context, 4096))
-  int32_t n_ubatch = 512;       ///< most tokens per forward graph
+  int32_t n_ubatch = 0;         ///< most tokens per forward graph (0: default_ubatch(device))
   TensorType kv_type = TensorType::F32;
   bool fuse = true;             ///< run the FusionPass
   int64_t kv_window_granule = 256;  ///< attention windows are multiples of this (cells)

@@ -21,6 +21,7 @@
 #include "../synth_model.h"
 #include "../test_util.h"
 #include "core/error.h"
+#include "cuda/cuda_backend.h"
 #include "cuda_test_util.h"
 #include "engine/engine.h"
 #include "models/model.h"
@@ -90,11 +91,13 @@ int expect_teacher_forced(Engine& e, const std::vector<int32_t>& prompt, const G
   return compared;
 }
 
-EngineConfig config(graph::BackendKind device, TensorType kv = TensorType::F32) {
+/// ubatch 512 unless given (0: the device's default, 2048 on CUDA).
+EngineConfig config(graph::BackendKind device, TensorType kv = TensorType::F32, int32_t ubatch = 512) {
   EngineConfig c;
   c.device = device;
   c.n_threads = 2;
   c.n_ctx = 1280;  // room for the 1000-token prompt plus 32 greedy tokens
+  c.n_ubatch = ubatch;
   c.kv_type = kv;
   return c;
 }
@@ -118,12 +121,12 @@ LogitDiff logit_diff(const std::vector<float>& a, const std::vector<float>& b) {
 /// CPU greedy-32 from `prompt` as the reference; CUDA teacher-forced on it; the logits after the
 /// prompt within the "engine" class.
 void compare_cpu_cuda(const std::shared_ptr<Model>& model, const std::vector<int32_t>& prompt, TensorType kv,
-                      const std::string& what) {
+                      const std::string& what, int32_t cuda_ubatch = 512) {
   Engine cpu(model, config(graph::BackendKind::Cpu, kv));
   std::vector<float> l_cpu, l_dev;
   const Greedy ref = greedy(cpu, prompt, kGreedySteps, &l_cpu);
   {
-    Engine dev(model, config(graph::BackendKind::Cuda, kv));
+    Engine dev(model, config(graph::BackendKind::Cuda, kv, cuda_ubatch));
     const Greedy free_run = greedy(dev, prompt, kGreedySteps, &l_dev);
     size_t same = 0;
     while (same < ref.tokens.size() && free_run.tokens[same] == ref.tokens[same]) ++same;
@@ -134,7 +137,7 @@ void compare_cpu_cuda(const std::shared_ptr<Model>& model, const std::vector<int
   std::printf("[ engine ] %s: last prompt position: max |logit d| %.3g, RMS %.3g\n", what.c_str(), d.max_abs, d.rms);
   EXPECT_LE(d.max_abs, kEngineMaxAbsLogit) << what;
   EXPECT_LE(d.rms, kEngineRmsLogit) << what;
-  Engine dev(model, config(graph::BackendKind::Cuda, kv));
+  Engine dev(model, config(graph::BackendKind::Cuda, kv, cuda_ubatch));
   EXPECT_GE(expect_teacher_forced(dev, prompt, ref, what), kMinComparedSteps) << what;
 }
 
@@ -179,8 +182,9 @@ struct SynthCase {
 
 class CudaSynthModel : public ::testing::TestWithParam<SynthCase> {
  protected:
-  /// compare_cpu_cuda on the case's synth model with a random prompt of n_prompt tokens.
-  void compare(int n_prompt, uint32_t seed) {
+  /// compare_cpu_cuda on the case's synth model with a random prompt of n_prompt tokens (CUDA
+  /// ubatch `ubatch`, 0: the default).
+  void compare(int n_prompt, uint32_t seed, int32_t ubatch = 512) {
     const SynthCase c = GetParam();
     test::SynthSpec spec;
     spec.arch = c.arch;
@@ -188,7 +192,9 @@ class CudaSynthModel : public ::testing::TestWithParam<SynthCase> {
     const auto model = Model::load(test::write_synth_model(spec, test::temp_dir()).string());
     compare_cpu_cuda(model, random_prompt(n_prompt, spec.n_vocab, seed), c.kv,
                      std::string(c.arch) + "/" + std::string(type_name(c.type)) + "/kv " +
-                         std::string(type_name(c.kv)) + " after " + std::to_string(n_prompt) + " tokens");
+                         std::string(type_name(c.kv)) + " after " + std::to_string(n_prompt) + " tokens, ubatch " +
+                         (ubatch > 0 ? std::to_string(ubatch) : std::string("default")),
+                     ubatch);
   }
 };
 
@@ -199,10 +205,12 @@ TEST_P(CudaSynthModel, GreedyThirtyTwoIsIdenticalToTheCpu) {
 
 TEST_P(CudaSynthModel, GreedyThirtyTwoAfterA1000TokenPromptIsIdenticalToTheCpu) {
   // A prompt long enough for the prefill kernels of the default path (the f16 tensor-core GEMM
-  // from 16 tokens, flash attention) in two ubatches (the second continues the KV cache at
-  // start 512), then 32 greedy tokens; the cases cover the f32, f16 and q8_0 KV layouts.
+  // from 16 tokens, flash attention) in two ubatches of 512 (the second continues the KV cache at
+  // start 512), and in one (the CUDA default ubatch, 2048), then 32 greedy tokens; the cases
+  // cover the f32, f16 and q8_0 KV layouts.
   MINFER_REQUIRE_CUDA();
-  compare(1000, 6);
+  compare(1000, 6, 512);
+  compare(1000, 6, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -294,6 +302,33 @@ TEST(CudaEngine, ThreeTokenDecodeStepIsBitwiseEqualToThreeOneTokenSteps) {
     const std::vector<float> row(three.begin() + static_cast<std::ptrdiff_t>(t * nv),
                                  three.begin() + static_cast<std::ptrdiff_t>((t + 1) * nv));
     EXPECT_TRUE(test::bytes_equal(test::as_bytes(one), test::as_bytes(row))) << "token " << t;
+  }
+}
+
+TEST(CudaEngine, PrefillGraphsCapturedAndReplayedGiveTheBytesOfDirectLaunches) {
+  // pp16 and pp300 (the f16 GEMM, flash attention, every logit): the same prompt from an empty
+  // cache five times; the runs from the third on replay a captured graph and must give the bytes
+  // of an engine that launches every kernel directly.
+  MINFER_REQUIRE_CUDA();
+  const auto model = synth("qwen2", TensorType::Q4_K);
+  for (const int n : {16, 300}) {
+    SCOPED_TRACE("pp" + std::to_string(n));
+    const auto prompt = random_prompt(n, 512, 60 + static_cast<uint32_t>(n));
+    std::vector<float> want;
+    {
+      test::ScopedEnv direct("MINFER_NO_CUDA_GRAPH", "1");
+      Engine e(model, config(graph::BackendKind::Cuda, TensorType::F16));
+      want = e.decode(prompt, /*all_logits=*/true);
+    }
+    Engine e(model, config(graph::BackendKind::Cuda, TensorType::F16));
+    for (int run = 0; run < 5; ++run) {
+      e.reset();
+      const auto got = e.decode(prompt, /*all_logits=*/true);
+      EXPECT_TRUE(test::bytes_equal(test::as_bytes(got), test::as_bytes(want))) << "run " << run;
+    }
+    const cuda::GraphStats st = dynamic_cast<cuda::CudaBackend&>(e.backend()).graph_stats();
+    EXPECT_GE(st.captures, 1u);
+    EXPECT_GE(st.replays, 2u);
   }
 }
 

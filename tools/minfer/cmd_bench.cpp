@@ -32,7 +32,7 @@ struct BenchArgs {
   std::vector<std::string> pg;
   std::vector<std::string> threads;
   std::vector<std::string> n_batch{"2048"};
-  std::vector<std::string> n_ubatch{"512"};
+  std::vector<std::string> n_ubatch;  ///< empty: default_ubatch() of each device
   std::vector<std::string> ctk;  ///< empty: MINFER_CACHE_TYPE, else f16 (as run's --cache-type)
   std::vector<std::string> ctv;
   std::vector<std::string> depth{"0"};
@@ -257,7 +257,7 @@ void bench(const BenchArgs& a) {
   for (const int64_t th : int_list(a.threads, "-t", 1)) thread_list.push_back(resolve_thread_count(th, "-t"));
   if (thread_list.empty()) thread_list.push_back(resolve_thread_count(0, "-t"));
   const std::vector<int64_t> batches = int_list(a.n_batch, "-b", 1);
-  const std::vector<int64_t> ubatches = int_list(a.n_ubatch, "-ub", 1);
+  const std::vector<int64_t> ubatches_given = int_list(a.n_ubatch, "-ub", 1);
   const std::vector<std::string> devices = split_list(a.devices, "--device");
   for (const auto& dev : devices) (void)parse_device(dev);
   // Every device is opened once before any run, so `--device cpu,cuda` without a usable GPU
@@ -268,7 +268,8 @@ void bench(const BenchArgs& a) {
   for (const auto& dev : devices)
     for (const int th : thread_list)
       for (const int64_t b : batches)
-        for (const int64_t ub : ubatches)
+        for (const int64_t ub : ubatches_given.empty() ? std::vector<int64_t>{default_ubatch(parse_device(dev))}
+                                                        : ubatches_given)
           for (size_t k = 0; k < ctk.size(); ++k) {
             const std::string& v = k < ctv.size() ? ctv[k] : ctv.back();
             if (v != ctk[k]) fail("bench: different K and V cache types ({} / {}) are not supported", ctk[k], v);
@@ -346,7 +347,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("-r,--repetitions", a->reps, "repetitions of each test")->capture_default_str();
   cmd->add_option("-t,--threads", a->threads, "CPU threads (list; default: all cores)");
   cmd->add_option("-b,--batch-size", a->n_batch, "tokens per decode call (list)")->capture_default_str();
-  cmd->add_option("--ubatch-size", a->n_ubatch, "tokens per forward pass (list; also -ub)")->capture_default_str();
+  cmd->add_option("--ubatch-size", a->n_ubatch, "tokens per forward pass (list; also -ub; default: 512 on the CPU, 2048 on CUDA)");
   cmd->add_option("--cache-type-k", a->ctk,
                   "KV cache type: f32, f16, q8_0 (list; also -ctk; default: $MINFER_CACHE_TYPE or f16)");
   cmd->add_option("--cache-type-v", a->ctv, "must equal the K type (list; also -ctv)");

@@ -23,7 +23,7 @@ void ModelArgs::add(CLI::App* cmd) {
   cmd->add_option("--device", device, "cpu or cuda")->capture_default_str();
   cmd->add_option("-t,--threads", threads, "CPU threads (default: all cores)");
   cmd->add_option("-c,--ctx-size", ctx, "context size in tokens (default: min(training context, 4096))");
-  cmd->add_option("-u,--ubatch-size", ubatch, "most tokens per forward pass")->capture_default_str();
+  cmd->add_option("-u,--ubatch-size", ubatch, "most tokens per forward pass (default: 512 on the CPU, 2048 on CUDA)");
   cmd->add_option("--cache-type", cache_type, "KV cache format: f32, f16 or q8_0 (default: $MINFER_CACHE_TYPE or f16)");
 }
 

@@ -24,7 +24,7 @@ struct ModelArgs {
   std::string device = "cpu";
   int threads = 0;
   int64_t ctx = 0;
-  int32_t ubatch = 512;
+  int32_t ubatch = 0;  ///< 0: default_ubatch(device)
   std::string cache_type;  ///< "" = MINFER_CACHE_TYPE or f16
 
   /// Adds -m/--model, --device, -t/--threads, -c/--ctx-size, -ub/--ubatch-size, --cache-type.
