@@ -260,6 +260,10 @@ void CudaBackend::synchronize() {
     fail_cuda("resetting the fault words", z);
   if (code & kFaultRowId)
     fail("cuda: get_rows read row id {}, outside its table (the ids input is out of range)", value);
+  if (code & kFaultF16Range)
+    fail("cuda: a prefill activation of magnitude {} is beyond the f16 range (65504) of the f16 tensor-core GEMM; "
+         "run with MINFER_CUDA_PREFILL_MATMUL=mmq (int8 products, no such limit)",
+         static_cast<uint32_t>(value));
   fail("cuda: a KV store wrote to cell {}, outside the KV region (the cells input is out of range)", value);
 }
 

@@ -411,7 +411,7 @@ bool f16_products(const OpArgs& a, TensorType t, int64_t k, const MatmulOut* out
   int64_t ms[3];
   for (int i = 0; i < n_outs && i < 3; ++i) ms[i] = outs[i].m;
   launched(matmul_f16(t, k, outs, n_outs, qx, n, a.scratch + cursor, f16_gemm_scratch_bytes(t, k, ms, n_outs, n),
-                      a.stream), a);
+                      a.stream, a.fault), a);
   return true;
 }
 
@@ -535,7 +535,7 @@ void op_fused_ffn(const OpArgs& a) {
   if (qg == nullptr) qg = quantize_into(a, tg, x, k, n, &cursor);
   if (ffn_f16_serves(tg, tu, td, k, ff, n)) {  // prefill: gate/up + SwiGLU, then down, on f16 tensor cores
     launched(ffn_f16(tg, td, k, ff, m, a.in<void>(1), a.in<void>(2), a.in<void>(3), qg, n, a.out(), res,
-                     a.scratch + cursor, ffn_f16_scratch_bytes(tg, td, k, ff, m, n), a.stream), a);
+                     a.scratch + cursor, ffn_f16_scratch_bytes(tg, td, k, ff, m, n), a.stream, a.fault), a);
     return;
   }
   auto* gate = reinterpret_cast<float*>(a.scratch + cursor);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/fp16.h"
+#include "cuda/kernels/fault.h"
 #include "cuda/kernels/hgemm.cuh"
 #include "cuda/kernels/launch.cuh"
 #include "cuda/kernels/matmul.cuh"
@@ -432,6 +433,47 @@ INSTANTIATE_TEST_SUITE_P(TypePairs, CudaFfnF16,
                          [](const ::testing::TestParamInfo<FfnTypes>& p) {
                            return std::string(type_name(p.param.gu)) + "_" + std::string(type_name(p.param.down));
                          });
+
+TEST(CudaF16GemmApi, an_ffn_h_beyond_the_f16_range_is_reported_as_a_fault) {
+  // x = 2000 (inside the f16 range) makes gate and up sums of ~1600 and h = silu(g) u of ~1e6:
+  // beyond f16. The fault words get kFaultF16Range and a magnitude above 65504; with x = 1 they
+  // stay clear.
+  MINFER_REQUIRE_CUDA_DEVICE();
+  const TensorType t = TensorType::Q8_0;
+  const int64_t k = 256, ff = 256, m = 64, n = 16;
+  const auto wg = test::random_weights(t, ff, k, 21), wu = test::random_weights(t, ff, k, 22);
+  const auto wd = test::random_weights(t, m, ff, 23);
+  DeviceBuffer dwg(wg.size()), dwu(wu.size()), dwd(wd.size()), dx(static_cast<size_t>(k * n) * 4);
+  DeviceBuffer dy(static_cast<size_t>(m * n) * 4), dq(cuda::quantized_activation_bytes(t, k, n)), dfault(8);
+  dwg.upload(wg.data(), wg.size());
+  dwu.upload(wu.data(), wu.size());
+  dwd.upload(wd.data(), wd.size());
+  const size_t fb = cuda::ffn_f16_scratch_bytes(t, t, k, ff, m, n);
+  DeviceBuffer ds(fb);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  for (const float xv : {1.0f, 2000.0f}) {
+    SCOPED_TRACE("x = " + std::to_string(xv));
+    const std::vector<float> x(static_cast<size_t>(k * n), xv);
+    dx.upload(x.data(), x.size() * 4);
+    dfault.fill(0);
+    cuda::clear_launch_failure();
+    ASSERT_TRUE(cuda::quantize_activations(t, dx.as<float>(), k, n, dq.get(), stream));
+    ASSERT_TRUE(cuda::ffn_f16(t, t, k, ff, m, dwg.get(), dwu.get(), dwd.get(), dq.get(), n, dy.as<float>(), nullptr,
+                              ds.get(), fb, stream, dfault.as<uint32_t>()))
+        << failure_text();
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    uint32_t words[2];
+    dfault.download(words, sizeof words);
+    if (xv == 1.0f) {
+      EXPECT_EQ(words[0], 0u);
+    } else {
+      EXPECT_EQ(words[0], static_cast<uint32_t>(cuda::kFaultF16Range));
+      EXPECT_GT(words[1], 65504u);
+    }
+  }
+  cudaStreamDestroy(stream);
+}
 
 TEST(CudaHgemmPlan, splits_only_long_rows_and_fills_the_gpu) {
   // Pure host function: the 7B shapes at 512 tokens on 132 SMs.

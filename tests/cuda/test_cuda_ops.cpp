@@ -6,6 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <string>
+
 #include "core/error.h"
 #include "cuda_test_util.h"
 #include "quant/quant.h"
@@ -253,6 +256,55 @@ TEST(CudaOps, OutOfRangeRowIdIsAnErrorAtSynchronize) {
   }
   // The fault was consumed: the next execution is clean.
   EXPECT_NO_THROW(dev.synchronize());
+}
+
+TEST(CudaOps, APrefillActivationBeyondTheF16RangeIsAnErrorAtSynchronize) {
+  // A 16-token product with Q8_0 weights takes the f16 tensor-core GEMM by default; one
+  // activation of 1e5 (finite in f32 and in the Q8 plane, infinite in f16) must not pass on as
+  // infinity unseen. With MINFER_CUDA_PREFILL_MATMUL=mmq (int8 products) the same graph runs.
+  MINFER_REQUIRE_CUDA();
+  const int64_t k = 256, m = 64, nt = 16;
+  const auto wv = random_floats(static_cast<size_t>(k * m), 91, 0.05f);
+  const size_t rb = row_bytes(TensorType::Q8_0, k);
+  std::vector<uint8_t> wq(rb * m);
+  for (int64_t r = 0; r < m; ++r)
+    type_traits(TensorType::Q8_0).quantize_row(wv.data() + r * k, wq.data() + static_cast<size_t>(r) * rb, k);
+  const graph::WeightTensor W{"blk.0.attn_q.weight", TensorType::Q8_0, {k, m, 1, 1}, 2, wq.data(), wq.size()};
+  auto x = random_floats(static_cast<size_t>(k * nt), 92, 1.0f);
+  x[static_cast<size_t>(3 * k + 17)] = 1.0e5f;
+  const auto make = [&] {
+    TestGraph t;
+    const NodeId xi = t.g.input(InputKind::Other, TensorType::F32, {k, nt, 1, 1}, "x");
+    t.inputs.emplace_back(xi, as_bytes(x));
+    const NodeId y = t.g.matmul(t.g.weight(W), xi, "q");
+    t.weights = {&W};
+    t.g.mark_output(y);
+    t.outputs.push_back(y);
+    return t;
+  };
+  cpu::CpuBackend cpu(1);
+  {
+    cuda::CudaBackend dev;
+    try {
+      test::run_graph(make, graph::BackendKind::Cuda, cpu, &dev);
+      FAIL() << "expected an error";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("beyond the f16 range"), std::string::npos) << what;
+      EXPECT_NE(what.find("MINFER_CUDA_PREFILL_MATMUL=mmq"), std::string::npos) << what;
+      const size_t at = what.find("magnitude ");
+      ASSERT_NE(at, std::string::npos) << what;
+      const double mag = std::stod(what.substr(at + 10));
+      EXPECT_NEAR(mag, 1.0e5, 1.0e3) << what;  // 1e5 through the Q8 plane (8-bit block values)
+    }
+    EXPECT_NO_THROW(dev.synchronize());
+  }
+  test::ScopedEnv mmq("MINFER_CUDA_PREFILL_MATMUL", "mmq");
+  cuda::CudaBackend dev;
+  const auto got = test::run_graph(make, graph::BackendKind::Cuda, cpu, &dev);
+  ASSERT_EQ(got.outputs.size(), 1u);
+  const auto* yv = reinterpret_cast<const float*>(got.outputs[0].data());
+  for (size_t i = 0; i < got.outputs[0].size() / 4; ++i) ASSERT_TRUE(std::isfinite(yv[i])) << "output " << i;
 }
 
 }  // namespace

@@ -11,6 +11,9 @@ namespace minfer::cuda {
 enum FaultCode : uint32_t {
   kFaultRowId = 1u,   ///< get_rows: a row id outside the table
   kFaultKvCell = 2u,  ///< KV store: a cell index outside the region
+  /// The f16 prefill GEMM: an activation or FFN h value beyond the f16 range (|x| >= 65520
+  /// rounds to infinity); the value is its magnitude, saturated to 2^31 - 1.
+  kFaultF16Range = 4u,
 };
 
 }  // namespace minfer::cuda

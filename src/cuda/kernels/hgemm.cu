@@ -5,6 +5,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cfloat>
+
 #include "cuda/kernels/common.cuh"
 #include "cuda/kernels/gemm_dequant.cuh"
 #include "cuda/kernels/launch.cuh"
@@ -54,12 +56,24 @@ __device__ __forceinline__ float epilogue(const HgemmOut& o, int64_t t, int64_t 
 /// SwiGLU of a gate and an up sum: the CPU's silu(g) * u (common.cuh).
 __device__ __forceinline__ float glu_value(float gate, float up) { return __fmul_rn(silu_cpu(gate), up); }
 
-/// Writes output (t, j) as f32 (y) or rounded to nearest f16 (y16).
+/// The f16 range check: |v| >= 65520 rounds to infinity (f16's largest finite value is 65504).
+__device__ __forceinline__ bool beyond_f16(float v) { return fabsf(v) >= 65520.0f && fabsf(v) <= FLT_MAX; }
+
+/// Reports kFaultF16Range with v's magnitude (saturated to 2^31 - 1).
+__device__ __forceinline__ void report_f16_range(uint32_t* fault, float v) {
+  const float a = fabsf(v);
+  report_fault(fault, kFaultF16Range, a < 2147483520.0f ? static_cast<int32_t>(a) : 0x7FFFFFFF);
+}
+
+/// Writes output (t, j) as f32 (y) or rounded to nearest f16 (y16; a finite value beyond the f16
+/// range is reported in o.fault when set).
 __device__ __forceinline__ void store_out(const HgemmOut& o, int64_t t, int64_t j, float v) {
-  if (o.y16 != nullptr)
+  if (o.y16 != nullptr) {
+    if (o.fault != nullptr && beyond_f16(v)) report_f16_range(o.fault, v);
     o.y16[j + t * o.ldy] = __half_as_ushort(__float2half_rn(v));
-  else
+  } else {
     o.y[j + t * o.ldy] = v;
+  }
 }
 
 /// Block: 128 tokens (blockIdx.x, fastest, so the blocks that share a weight tile run together
@@ -418,13 +432,20 @@ __global__ void __launch_bounds__(256)
 
 template <ActKind K>
 __global__ void __launch_bounds__(256)
-    acts_to_f16_kernel(const void* __restrict__ acts, ActLayout L, uint16_t* __restrict__ out, int64_t lda) {
+    acts_to_f16_kernel(const void* __restrict__ acts, ActLayout L, uint16_t* __restrict__ out, int64_t lda,
+                       uint32_t* fault) {
   const int64_t groups = L.k / 8, total = L.n * groups;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t t = i / groups, e0 = (i - t * groups) * 8;
     float v[8];
     act8<K>(acts, L, t, e0, v);
+    if (fault != nullptr) {
+      float big = 0.0f;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) big = beyond_f16(v[e]) ? v[e] : big;
+      if (big != 0.0f) report_f16_range(fault, big);
+    }
     *reinterpret_cast<uint4*>(out + t * lda + e0) = pack8_f16(v);
   }
 }
@@ -577,16 +598,17 @@ bool launch_dequant_f16(TensorType type, const void* w, int64_t row_bytes, int64
   return bad_args("dequant_f16_bad_args");
 }
 
-bool launch_acts_to_f16(const ActLayout& L, const void* acts, uint16_t* out, int64_t lda, cudaStream_t stream) {
+bool launch_acts_to_f16(const ActLayout& L, const void* acts, uint16_t* out, int64_t lda, cudaStream_t stream,
+                        uint32_t* fault) {
   if (acts == nullptr || out == nullptr || L.k < 8 || L.k % 8 != 0 || lda < L.k || lda % 8 != 0 || L.n < 0 ||
       !aligned16(out) || (L.kind != ActKind::Q8 && L.kind != ActKind::Q8K))
     return bad_args("acts_to_f16_bad_args");
   if (L.n == 0) return true;
   const unsigned grid = grid_for(L.n * (L.k / 8));
   if (L.kind == ActKind::Q8)
-    acts_to_f16_kernel<ActKind::Q8><<<grid, 256, 0, stream>>>(acts, L, out, lda);
+    acts_to_f16_kernel<ActKind::Q8><<<grid, 256, 0, stream>>>(acts, L, out, lda, fault);
   else
-    acts_to_f16_kernel<ActKind::Q8K><<<grid, 256, 0, stream>>>(acts, L, out, lda);
+    acts_to_f16_kernel<ActKind::Q8K><<<grid, 256, 0, stream>>>(acts, L, out, lda, fault);
   return MINFER_LAUNCH_CHECK("acts_to_f16");
 }
 

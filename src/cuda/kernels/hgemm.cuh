@@ -56,6 +56,9 @@ struct HgemmOut {
   bool glu = false;
   /// When set (instead of y), outputs are written rounded to nearest f16: y16[j + t * ldy].
   uint16_t* y16 = nullptr;
+  /// When set, a y16 output that is finite in f32 but beyond the f16 range is reported as
+  /// kFaultF16Range (fault.h; the backend's fault words) instead of passing on as infinity unseen.
+  uint32_t* fault = nullptr;
 };
 
 inline constexpr int kHgemmMaxSplits = 8;        ///< k splits of one product at most
@@ -118,8 +121,10 @@ bool launch_dequant_f16(TensorType type, const void* w, int64_t row_bytes, int64
 
 /// The activations of `L` (a Q8 or Q8K layout filled by launch_quantize_acts) as f16 token rows
 /// out[t * lda + e] (L.k a multiple of 8, lda >= L.k a multiple of 8, out 16-byte aligned).
+/// A value beyond the f16 range is reported as kFaultF16Range in `fault` when it is set.
 /// Site "acts_to_f16".
-bool launch_acts_to_f16(const ActLayout& L, const void* acts, uint16_t* out, int64_t lda, cudaStream_t stream);
+bool launch_acts_to_f16(const ActLayout& L, const void* acts, uint16_t* out, int64_t lda, cudaStream_t stream,
+                        uint32_t* fault = nullptr);
 
 /// The hgemm instantiations that need more than 48 KiB of dynamic shared memory (smem_optin.cuh).
 std::span<const SmemOptin> hgemm_smem_optins();

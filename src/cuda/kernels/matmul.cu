@@ -401,7 +401,7 @@ bool f16_chunks(TensorType type, int64_t k, int64_t rows_total, int64_t rows, co
 }  // namespace
 
 bool matmul_f16(TensorType type, int64_t k, const MatmulOut* outs, int n_outs, const void* qx, int64_t n,
-                void* scratch, size_t scratch_bytes, cudaStream_t stream) {
+                void* scratch, size_t scratch_bytes, cudaStream_t stream, uint32_t* fault) {
   ActKind kind;
   if (!quantized(type) || !matmul_supported(type, k, nullptr) || !mm::act_kind_for(type, &kind) || n < 1 ||
       outs == nullptr || n_outs < 1 || n_outs > mm::kMmqMaxOutputs || qx == nullptr || scratch == nullptr ||
@@ -432,7 +432,7 @@ bool matmul_f16(TensorType type, int64_t k, const MatmulOut* outs, int n_outs, c
   auto* a16 = static_cast<uint16_t*>(scratch);
   auto* partial = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + act_bytes);
   auto* w16 = reinterpret_cast<uint16_t*>(static_cast<uint8_t*>(scratch) + act_bytes + partial_bytes);
-  if (!mm::launch_acts_to_f16(mm::act_layout(kind, k, n), qx, a16, k, stream)) return false;
+  if (!mm::launch_acts_to_f16(mm::act_layout(kind, k, n), qx, a16, k, stream, fault)) return false;
   for (int s = 0; s < n_outs; ++s) {
     const MatmulOut& o = outs[s];
     mm::HgemmOut h;
@@ -455,7 +455,7 @@ size_t ffn_f16_scratch_bytes(TensorType t_gu, TensorType t_down, int64_t k, int6
 
 bool ffn_f16(TensorType t_gu, TensorType t_down, int64_t k, int64_t ff, int64_t m, const void* w_gate,
              const void* w_up, const void* w_down, const void* qx, int64_t n, float* y, const float* residual,
-             void* scratch, size_t scratch_bytes, cudaStream_t stream) {
+             void* scratch, size_t scratch_bytes, cudaStream_t stream, uint32_t* fault) {
   ActKind kind;
   if (ffn_f16_scratch_bytes(t_gu, t_down, k, ff, m, n) == 0 || !mm::act_kind_for(t_gu, &kind) || w_gate == nullptr ||
       w_up == nullptr || w_down == nullptr || qx == nullptr || y == nullptr || scratch == nullptr ||
@@ -469,10 +469,11 @@ bool ffn_f16(TensorType t_gu, TensorType t_down, int64_t k, int64_t ff, int64_t 
   auto* h16 = reinterpret_cast<uint16_t*>(base + l.x_bytes);
   auto* partial = reinterpret_cast<float*>(base + l.x_bytes + l.h_bytes);
   auto* w16 = reinterpret_cast<uint16_t*>(base + l.x_bytes + l.h_bytes + l.partial_bytes);
-  if (!mm::launch_acts_to_f16(mm::act_layout(kind, k, n), qx, x16, k, stream)) return false;
+  if (!mm::launch_acts_to_f16(mm::act_layout(kind, k, n), qx, x16, k, stream, fault)) return false;
   mm::HgemmOut gu;
   gu.glu = true;
   gu.y16 = h16;
+  gu.fault = fault;
   gu.ldy = ff;
   if (!f16_chunks(t_gu, k, 2 * ff, l.rows_gu, w_gate, w_up, x16, n, gu, w16, partial, l.partial_bytes, stream))
     return false;

@@ -122,11 +122,12 @@ size_t f16_gemm_scratch_bytes(TensorType type, int64_t k, const int64_t* ms, int
 /// `scratch` (16-byte aligned, `scratch_bytes` long: f16_gemm_scratch_bytes or any size that
 /// holds the activations and 64 rows). Values: the CPU's dequantized weights and activations,
 /// each rounded to nearest f16, their products summed in f32 (docs/cuda-matmul.md gives the
-/// tolerance). Activations beyond the f16 range (|x| > 65504) become inf. Records
+/// tolerance). Activations beyond the f16 range (|x| > 65504) become inf and are reported as
+/// kFaultF16Range in `fault` (the backend's fault words) when it is set. Records
 /// "matmul_f16_bad_args" and launches nothing for a quantized type matmul_supported rejects,
 /// n < 1, a malformed output or too small a scratch.
 bool matmul_f16(TensorType type, int64_t k, const MatmulOut* outs, int n_outs, const void* qx, int64_t n,
-                void* scratch, size_t scratch_bytes, cudaStream_t stream);
+                void* scratch, size_t scratch_bytes, cudaStream_t stream, uint32_t* fault = nullptr);
 /// Device scratch bytes ffn_f16 uses (0 when a type is not quantized or a row length is not
 /// one matmul_supported accepts): f16 x [n][k], f16 h [n][ff], the partial sums of k splits,
 /// and one chunk of dequantized rows (interleaved gate/up rows of k, or down rows of ff).
@@ -137,11 +138,12 @@ size_t ffn_f16_scratch_bytes(TensorType t_gu, TensorType t_down, int64_t k, int6
 /// activations `qx` (quantize_activations(t_gu, x, k, n)) dequantized and rounded to f16, and
 /// each weight the CPU's dequantized value rounded to f16. Gate and up rows are dequantized
 /// interleaved so one GEMM computes both and applies SwiGLU in its epilogue; h never leaves f16.
+/// An x or h value beyond the f16 range is reported as kFaultF16Range in `fault` when it is set.
 /// Wg, Wu: [k, ff] of t_gu; Wd: [ff, m] of t_down; ff a multiple of 8. Records "ffn_f16_bad_args"
 /// and launches nothing for types or sizes it does not serve or too small a scratch.
 bool ffn_f16(TensorType t_gu, TensorType t_down, int64_t k, int64_t ff, int64_t m, const void* w_gate,
              const void* w_up, const void* w_down, const void* qx, int64_t n, float* y, const float* residual,
-             void* scratch, size_t scratch_bytes, cudaStream_t stream);
+             void* scratch, size_t scratch_bytes, cudaStream_t stream, uint32_t* fault = nullptr);
 /// Copies the quantized activations back to the host in the CPU's block format: n rows of
 /// row_bytes(vec_dot_type, k) bytes (block_q8_0 / block_q8_1 / block_q8_K, or f16 / bf16
 /// elements), so tests can compare them with cpu::quantize_activations byte for byte. The one
