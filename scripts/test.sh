@@ -5,10 +5,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh
 jobs=$(nproc)
-# Tests and benchmarks on explicitly: the set-up command configures the same build/ without
-# them, and CMake would keep those cached values.
+# Tests, benchmarks and CUDA detection (AUTO: the CUDA code when nvcc is present) explicitly: the
+# set-up command configures the same build/ without tests and benchmarks, and with MINFER_CUDA=OFF
+# on a machine without a GPU, and CMake would keep those cached values.
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DMINFER_WERROR=ON -DMINFER_BUILD_TESTS=ON \
-  -DMINFER_BUILD_BENCH=ON
+  -DMINFER_BUILD_BENCH=ON -DMINFER_CUDA=AUTO
 cmake --build build -j"$jobs"
 # --no-tests=error: a build that produced no tests is a failure, never an empty success.
 ctest --test-dir build --output-on-failure --no-tests=error -j"$jobs"

@@ -76,6 +76,22 @@ __device__ __forceinline__ void store_out(const HgemmOut& o, int64_t t, int64_t 
   }
 }
 
+/// The output pair (t, j), (t, j + 1) (j even) of a tile: raw partial sums of split blockIdx.z
+/// (`partial` set), SwiGLU of a gate/up row pair (o.glu), or the bias/residual epilogue.
+__device__ __forceinline__ void store_pair(const HgemmOut& o, float* partial, int64_t n, int64_t t, int64_t j,
+                                           float v0, float v1) {
+  if (partial != nullptr) {  // split k: the raw sums, added in split order by hgemm_reduce
+    float* p = partial + (static_cast<int64_t>(blockIdx.z) * n + t) * o.m;
+    if (j < o.m) p[j] = v0;
+    if (j + 1 < o.m) p[j + 1] = v1;
+  } else if (o.glu) {  // rows j, j + 1 are gate and up of output j / 2
+    if (j + 1 < o.m) store_out(o, t, j >> 1, glu_value(v0, v1));
+  } else {
+    if (j < o.m) store_out(o, t, j, epilogue(o, t, j, v0));
+    if (j + 1 < o.m) store_out(o, t, j + 1, epilogue(o, t, j + 1, v1));
+  }
+}
+
 /// Block: 128 tokens (blockIdx.x, fastest, so the blocks that share a weight tile run together
 /// and read it from L2) x BW weight rows (blockIdx.y). 8 warps: BW = 128 as 2 (tokens) x 4
 /// (rows) warps of 64 x 32, BW = 64 as 4 x 2 warps of 32 x 32.
@@ -184,17 +200,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) {
         const int64_t j = j0 + wj * kNT * 8 + nt * 8 + 2 * tq;  // even
-        const float v0 = acc[mt][nt][2 * h], v1 = acc[mt][nt][2 * h + 1];
-        if (partial != nullptr) {  // split k: the raw sums, added in split order by hgemm_reduce
-          float* p = partial + (static_cast<int64_t>(blockIdx.z) * n + t) * o.m;
-          if (j < o.m) p[j] = v0;
-          if (j + 1 < o.m) p[j + 1] = v1;
-        } else if (o.glu) {  // rows j, j + 1 are gate and up of output j / 2
-          if (j + 1 < o.m) store_out(o, t, j >> 1, glu_value(v0, v1));
-        } else {
-          if (j < o.m) store_out(o, t, j, epilogue(o, t, j, v0));
-          if (j + 1 < o.m) store_out(o, t, j + 1, epilogue(o, t, j + 1, v1));
-        }
+        store_pair(o, partial, n, t, j, acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
       }
     }
 }
@@ -310,17 +316,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
     for (int i = 0; i < BW / 8; ++i) {
       const int64_t j = j0 + i * 8 + 2 * tq;  // even
-      const float v0 = acc[i * 4 + 2 * h], v1 = acc[i * 4 + 2 * h + 1];
-      if (partial != nullptr) {
-        float* p = partial + (static_cast<int64_t>(blockIdx.z) * n + t) * o.m;
-        if (j < o.m) p[j] = v0;
-        if (j + 1 < o.m) p[j + 1] = v1;
-      } else if (o.glu) {
-        if (j + 1 < o.m) store_out(o, t, j >> 1, glu_value(v0, v1));
-      } else {
-        if (j < o.m) store_out(o, t, j, epilogue(o, t, j, v0));
-        if (j + 1 < o.m) store_out(o, t, j + 1, epilogue(o, t, j + 1, v1));
-      }
+      store_pair(o, partial, n, t, j, acc[i * 4 + 2 * h], acc[i * 4 + 2 * h + 1]);
     }
   }
 #else

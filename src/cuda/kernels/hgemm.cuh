@@ -11,7 +11,9 @@
 // One 256-thread block computes 128 tokens x BW weight rows (BW = 64 or 128, chosen per launch
 // by hgemm_plan), walking k in stages of 64 elements (3-stage cp.async pipeline; 32 x 4
 // stages as the alternative) through padded shared-memory rows (ldmatrix is conflict-free),
-// `mma.sync.m16n8k16` with f32 accumulators, optionally split over k. Needs sm_80+, the
+// `mma.sync.m16n8k16` with f32 accumulators, optionally split over k; on sm_90a (H100/H200, a
+// build with 90a) the same tiles run as two warpgroups of `wgmma.mma_async` reading both
+// operands from 128-byte-swizzled shared memory (HgemmPlan::wgmma). Needs sm_80+, the
 // instantiation's shared memory opted in (hgemm_fit), and k, lda, ldw multiples of 8 with
 // 16-byte aligned a and W (every 16-byte chunk either inside a row's k elements or wholly past
 // them, which read as zeros).
