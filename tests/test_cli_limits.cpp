@@ -74,6 +74,7 @@ TEST(CliLimits, thread_count_above_the_hardware_is_capped_with_a_warning) {
 TEST(CliLimits, bad_sampling_and_thinking_options_fail_before_the_model_loads) {
   // One line: no "loaded ..." line before the error.
   expect_one_line_error("run -m " + model() + " -p hi --temp nan", "temperature nan is not finite");
+  expect_one_line_error("run -m " + model() + " -p hi -u -1", "-u/--ubatch-size -1 must be positive");
   expect_one_line_error("run -m " + model() + " -p hi --top-p -1", "top-p -1 is not in [0, 1]");
   expect_one_line_error("run -m " + model() + " -p hi --chat --think --no-think", "think");
   expect_one_line_error("chat -m " + model() + " --top-p 2", "top-p 2 is not in [0, 1]");
@@ -142,7 +143,19 @@ TEST(CliLimits, bench_rejects_malformed_lists_naming_the_option_and_the_whole_va
   expect_one_line_error("bench -m " + model() + " -r 1 -t 1,0,-3", "-t value '0' must be at least 1 (in '1,0,-3')");
   expect_one_line_error(bench + "-p 0 -n 0", "no tests to run");
   expect_one_line_error(bench + "-b 0", "-b value '0' must be at least 1");
-  expect_one_line_error(bench + "-ub 0", "-ub value '0' must be at least 1");
+  expect_one_line_error(bench + "-ub -2", "-ub value '-2' must be at least 0");
+}
+
+TEST(CliLimits, bench_reports_the_ubatch_it_uses) {
+  // No -ub, -ub 0: the device's default (512 on the CPU); -b below it caps it; each reported.
+  const std::string cmd = test::minfer_bin() + " bench -m " + model() + " -p 16 -n 0 -r 1 -t 1 -o jsonl";
+  for (const auto& [args, want] : std::vector<std::pair<std::string, std::string>>{
+           {"", "\"n_ubatch\":512"}, {" -ub 0", "\"n_ubatch\":512"}, {" -b 8", "\"n_ubatch\":8"},
+           {" -ub 99999999999", "\"n_ubatch\":2048"}, {" -ub 7", "\"n_ubatch\":7"}}) {
+    const Result r = sh(cmd + args);
+    ASSERT_EQ(r.status, 0) << args << "\n" << r.out;
+    EXPECT_NE(r.out.find(want), std::string::npos) << args << "\n" << r.out;
+  }
 }
 
 TEST(CliLimits, bench_csv_doubles_quotes_inside_fields) {

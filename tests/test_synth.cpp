@@ -481,6 +481,13 @@ TEST(SynthCommand, bad_inputs_give_one_line_errors_naming_the_value) {
        (dir / "x" / "m.gguf").string()},
       {"--arch qwen2 --preset tiny --type q8_0 --layers 5000" + vocab + out, "--layers 5000 is out of range"},
       {"--arch qwen2 --preset tiny --type q8_0 --distinct-rows -4" + vocab + out, "--distinct-rows -4 is out of range"},
+      {"--arch qwen2 --preset tiny --type q8_0 --distinct-rows 9999999999999999999999" + vocab + out,
+       "--distinct-rows 9999999999999999999999 is out of range: 1..2147483648"},
+      {"--arch qwen2 --preset tiny --type q8_0 --distinct-rows ''" + vocab + out, "--distinct-rows '' is not a whole number"},
+      {"--arch qwen2 --preset tiny --type q8_0 --distinct-rows 0x10" + vocab + out,
+       "--distinct-rows '0x10' is not a whole number"},
+      {"--arch qwen2 --preset tiny --type q8_0 --layers 99999999999999999999" + vocab + out,
+       "--layers 99999999999999999999 is out of range: 1..1024"},
   };
   for (const Case& c : cases) {
     const CmdResult r = run_cmd("synth " + c.args);

@@ -257,7 +257,7 @@ void bench(const BenchArgs& a) {
   for (const int64_t th : int_list(a.threads, "-t", 1)) thread_list.push_back(resolve_thread_count(th, "-t"));
   if (thread_list.empty()) thread_list.push_back(resolve_thread_count(0, "-t"));
   const std::vector<int64_t> batches = int_list(a.n_batch, "-b", 1);
-  const std::vector<int64_t> ubatches_given = int_list(a.n_ubatch, "-ub", 1);
+  const std::vector<int64_t> ubatches_given = int_list(a.n_ubatch, "-ub", 0);  // 0: the device's default
   const std::vector<std::string> devices = split_list(a.devices, "--device");
   for (const auto& dev : devices) (void)parse_device(dev);
   // Every device is opened once before any run, so `--device cpu,cuda` without a usable GPU
@@ -268,11 +268,13 @@ void bench(const BenchArgs& a) {
   for (const auto& dev : devices)
     for (const int th : thread_list)
       for (const int64_t b : batches)
-        for (const int64_t ub : ubatches_given.empty() ? std::vector<int64_t>{default_ubatch(parse_device(dev))}
-                                                        : ubatches_given)
+        for (const int64_t ub_given : ubatches_given.empty() ? std::vector<int64_t>{0} : ubatches_given)
           for (size_t k = 0; k < ctk.size(); ++k) {
             const std::string& v = k < ctv.size() ? ctv[k] : ctv.back();
             if (v != ctk[k]) fail("bench: different K and V cache types ({} / {}) are not supported", ctk[k], v);
+            // The ubatch used (and reported): the device's default for 0, at most -b and 2^30.
+            const int64_t ub = std::min({ub_given > 0 ? ub_given : int64_t{default_ubatch(parse_device(dev))}, b,
+                                         int64_t{1} << 30});
             configs.push_back({dev, th, b, ub, ctk[k]});
           }
   // Every model file is opened and its GGUF header checked before the first run, so a bad path
@@ -290,7 +292,7 @@ void bench(const BenchArgs& a) {
       ec.device = parse_device(c.device);
       ec.n_threads = c.threads;
       ec.n_ctx = std::max<int64_t>(need + 1, 256);
-      ec.n_ubatch = static_cast<int32_t>(std::min({c.n_ubatch, c.n_batch, int64_t{1} << 30}));
+      ec.n_ubatch = static_cast<int32_t>(c.n_ubatch);  // already the value used (configs above)
       ec.kv_type = parse_kv_type(c.kv);
       Engine engine(model, ec);
       std::mt19937 rng(1234);
@@ -347,7 +349,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("-r,--repetitions", a->reps, "repetitions of each test")->capture_default_str();
   cmd->add_option("-t,--threads", a->threads, "CPU threads (list; default: all cores)");
   cmd->add_option("-b,--batch-size", a->n_batch, "tokens per decode call (list)")->capture_default_str();
-  cmd->add_option("--ubatch-size", a->n_ubatch, "tokens per forward pass (list; also -ub; default: 512 on the CPU, 2048 on CUDA)");
+  cmd->add_option("--ubatch-size", a->n_ubatch, "tokens per forward pass, at most -b (list; also -ub; 0 or absent: 512 on the CPU, 2048 on CUDA)");
   cmd->add_option("--cache-type-k", a->ctk,
                   "KV cache type: f32, f16, q8_0 (list; also -ctk; default: $MINFER_CACHE_TYPE or f16)");
   cmd->add_option("--cache-type-v", a->ctv, "must equal the K type (list; also -ctv)");

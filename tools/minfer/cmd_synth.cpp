@@ -24,8 +24,8 @@ struct SynthArgs {
   std::string seed = "0";  ///< as given: parse_seed_option (CLI11 would wrap "-5" to 2^64 - 5)
   int threads = 0;
   bool pure = false;
-  int64_t layers = 0;
-  int64_t distinct_rows = 0;
+  std::string layers = "0";         ///< as given: parse_int_option
+  std::string distinct_rows = "0";  ///< as given: parse_int_option
 };
 
 std::string preset_list() {
@@ -46,8 +46,9 @@ void run(const SynthArgs& a) {
   opt.output = a.output;
   opt.n_threads = resolve_thread_count(a.threads, "-t");
   opt.pure = a.pure;
-  opt.n_layer = a.layers;
-  opt.distinct_rows = a.distinct_rows;
+  opt.n_layer = parse_int_option(a.layers, "--layers", "1..1024, or 0 for the preset's");
+  opt.distinct_rows =
+      parse_int_option(a.distinct_rows, "--distinct-rows", "1..2147483648, or 0 for every row distinct");
   const auto t0 = std::chrono::steady_clock::now();
   const convert::SynthReport r = convert::synth_model(opt);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -78,8 +79,8 @@ void add_synth_command(CLI::App& app) {
                   "write this many layers instead of the preset's (1..1024; a shallower model with the "
                   "real layer shapes, for profiling)");
   cmd->add_option("--distinct-rows", args->distinct_rows,
-                  "generate and quantize only this many rows per matrix and repeat them in a seeded order "
-                  "(same shapes and bytes per row, written in seconds: for speed benchmarks)");
+                  "generate and quantize only this many rows per matrix (1..2^31; 0: all) and repeat them in a "
+                  "seeded order (same shapes and bytes per row, written in seconds: for speed benchmarks)");
   cmd->callback([args] { run(*args); });
 }
 

@@ -33,6 +33,7 @@ EngineConfig ModelArgs::engine_config() const {
   c.n_threads = resolve_thread_count(threads, "-t");
   if (ctx < 0) fail("context size {} is negative", ctx);
   c.n_ctx = ctx;
+  if (ubatch < 0) fail("-u/--ubatch-size {} must be positive (or 0 for the device's default)", ubatch);
   c.n_ubatch = ubatch;
   c.kv_type = parse_kv_type(cache_type.empty() ? default_cache_type() : cache_type);
   return c;
@@ -61,6 +62,15 @@ std::optional<uint64_t> parse_seed_option(const std::string& value, bool allow_r
   const auto [ptr, ec] = std::from_chars(value.data(), end, seed);
   if (value.empty() || ec != std::errc() || ptr != end) fail("--seed {}: not a seed; give {}", value, range);
   return seed;
+}
+
+int64_t parse_int_option(const std::string& value, std::string_view option, std::string_view range) {
+  int64_t v = 0;
+  const char* end = value.data() + value.size();
+  const auto [ptr, ec] = std::from_chars(value.data(), end, v);  // base 10, no '+', no spaces
+  if (ec == std::errc::result_out_of_range && ptr == end) fail("{} {} is out of range: {}", option, value, range);
+  if (value.empty() || ec != std::errc() || ptr != end) fail("{} '{}' is not a whole number ({})", option, value, range);
+  return v;
 }
 
 SamplerParams SamplingArgs::params() const {

@@ -52,6 +52,12 @@ struct SamplingArgs {
 /// Throws minfer::Error naming the option and the value otherwise.
 std::optional<uint64_t> parse_seed_option(const std::string& value, bool allow_random);
 
+/// A whole-number option taken as text, decimal digits with an optional leading '-' only (CLI11
+/// would read "010" as octal, "0x10" as hex, "" as 0, and clamp 10^22 to 2^63 - 1 before the
+/// range check could name it). Throws minfer::Error "<option> '<value>' is not a whole number
+/// (<range>)" or, beyond 64 bits, "<option> <value> is out of range: <range>".
+int64_t parse_int_option(const std::string& value, std::string_view option, std::string_view range);
+
 /// Chat rendering options from --think / --no-think (neither: the template's default).
 chat::ChatOptions chat_options(bool think, bool no_think);
 
