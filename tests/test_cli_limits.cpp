@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <tuple>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -144,6 +145,27 @@ TEST(CliLimits, bench_rejects_malformed_lists_naming_the_option_and_the_whole_va
   expect_one_line_error(bench + "-p 0 -n 0", "no tests to run");
   expect_one_line_error(bench + "-b 0", "-b value '0' must be at least 1");
   expect_one_line_error(bench + "-ub -2", "-ub value '-2' must be at least 0");
+}
+
+TEST(CliLimits, bench_markdown_shows_batch_columns_only_when_not_default_and_lines_align) {
+  const std::string cmd = test::minfer_bin() + " bench -m " + model() + " -p 16 -n 0 -r 1 -t 1";
+  const auto display_width = [](const std::string& line) {
+    size_t cols = 0;
+    for (const char c : line) cols += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+    return cols;
+  };
+  for (const auto& [args, b, ub] : std::vector<std::tuple<std::string, bool, bool>>{
+           {"", false, false}, {" -ub 8", false, true}, {" -b 256", true, true}, {" -b 2048 -ub 512", false, false}}) {
+    const Result r = sh(cmd + args + " 2>/dev/null");
+    ASSERT_EQ(r.status, 0) << args << "\n" << r.out;
+    EXPECT_EQ(r.out.find(" n_batch |") != std::string::npos, b) << args << "\n" << r.out;
+    EXPECT_EQ(r.out.find(" n_ubatch |") != std::string::npos, ub) << args << "\n" << r.out;
+    std::vector<std::string> rows;
+    for (size_t at = 0, nl; (nl = r.out.find('\n', at)) != std::string::npos; at = nl + 1)
+      if (r.out[at] == '|') rows.push_back(r.out.substr(at, nl - at));
+    ASSERT_EQ(rows.size(), 3u) << args << "\n" << r.out;  // header, rule, one result
+    for (const std::string& row : rows) EXPECT_EQ(display_width(row), display_width(rows[0])) << args << "\n" << row;
+  }
 }
 
 TEST(CliLimits, bench_reports_the_ubatch_it_uses) {

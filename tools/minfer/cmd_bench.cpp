@@ -191,16 +191,40 @@ double run_once(Engine& e, const Test& t, int64_t n_batch, std::mt19937& rng) {
   return now_ns() - t0;
 }
 
+/// `s` right-aligned in `width` terminal columns (UTF-8: "±" is two bytes, one column).
+std::string pad_left(const std::string& s, size_t width) {
+  size_t cols = 0;
+  for (const char c : s) cols += (static_cast<unsigned char>(c) & 0xC0) != 0x80;  // count code points
+  return cols >= width ? s : std::string(width - cols, ' ') + s;
+}
+
+/// llama-bench's table; n_batch and n_ubatch columns appear when some row differs from the
+/// default (2048; default_ubatch of the row's device), as llama-bench shows non-default fields.
 void print_markdown(const std::vector<Result>& rs) {
-  std::printf("| %-30s | %10s | %10s | %-10s | %7s | %6s | %16s | %20s |\n", "model", "size", "params", "backend",
-              "threads", "type_k", "test", "t/s");
-  std::printf("| %-30s | %10s | %10s | %-10s | %7s | %6s | %16s | %20s |\n", "------------------------------",
-              "---------:", "---------:", "----------", "------:", "-----:", "---------------:", "-------------------:");
-  for (const Result& r : rs)
-    std::printf("| %-30s | %6.2f MiB | %8.2f M | %-10s | %7d | %6s | %16s | %20s |\n", r.model_type.c_str(),
-                static_cast<double>(r.size) / (1024.0 * 1024.0), static_cast<double>(r.params) / 1e6,
-                r.backend.c_str(), r.cfg.threads, r.kv.c_str(), r.test.c_str(),
-                fmt::format("{:.2f} ± {:.2f}", r.avg_ts(), r.stddev_ts()).c_str());
+  bool show_b = false, show_ub = false;
+  for (const Result& r : rs) {
+    show_b = show_b || r.cfg.n_batch != 2048;
+    show_ub = show_ub || r.cfg.n_ubatch != default_ubatch(parse_device(r.cfg.device));
+  }
+  std::string head = fmt::format("| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} |", "model", "size", "params", "backend",
+                                 "threads");
+  std::string rule = fmt::format("| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} |", std::string(30, '-'), "---------:",
+                                 "---------:", "----------", "------:");
+  if (show_b) head += fmt::format(" {:>7} |", "n_batch"), rule += " ------: |";
+  if (show_ub) head += fmt::format(" {:>8} |", "n_ubatch"), rule += " -------: |";
+  head += fmt::format(" {:>6} | {:>16} | {:>20} |", "type_k", "test", "t/s");
+  rule += fmt::format(" {:>6} | {:>16} | {:>20} |", "-----:", "---------------:", "-------------------:");
+  std::printf("%s\n%s\n", head.c_str(), rule.c_str());
+  for (const Result& r : rs) {
+    std::string line = fmt::format("| {:<30} | {:>6.2f} MiB | {:>8.2f} M | {:<10} | {:>7} |", r.model_type,
+                                   static_cast<double>(r.size) / (1024.0 * 1024.0), static_cast<double>(r.params) / 1e6,
+                                   r.backend, r.cfg.threads);
+    if (show_b) line += fmt::format(" {:>7} |", r.cfg.n_batch);
+    if (show_ub) line += fmt::format(" {:>8} |", r.cfg.n_ubatch);
+    line += fmt::format(" {:>6} | {:>16} | {} |", r.kv, r.test,
+                        pad_left(fmt::format("{:.2f} ± {:.2f}", r.avg_ts(), r.stddev_ts()), 20));
+    std::printf("%s\n", line.c_str());
+  }
 }
 
 nlohmann::ordered_json to_json(const Result& r) {
