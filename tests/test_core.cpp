@@ -234,8 +234,10 @@ TEST(Env, IntegersOutsideTheirRangeOrSetAreRefusedNamingWhatIsAllowed) {
             "environment variable MINFER_CUDA_MMQ_TILE=99999999999999999999 is out of range (allowed: one of 0, 32, "
             "64, 128)");
   EXPECT_EQ(env_check_error("MINFER_TEST_WRITE_SIGNAL", "-99999999999999999999"),
-            "environment variable MINFER_TEST_WRITE_SIGNAL=-99999999999999999999 is out of range (allowed: "
-            "-9223372036854775808 to 9223372036854775807)");
+            "environment variable MINFER_TEST_WRITE_SIGNAL=-99999999999999999999 is out of range (allowed: 0 to 64)");
+  EXPECT_EQ(env_check_error("MINFER_TEST_WRITE_SIGNAL", "100000"),
+            "environment variable MINFER_TEST_WRITE_SIGNAL=100000 is out of range (allowed: 0 to 64)");
+  EXPECT_EQ(env_check_error("MINFER_TEST_WRITE_SIGNAL", "15"), "(no error)");
   EXPECT_EQ(env_check_error("MINFER_THREADS", "4x"), "environment variable MINFER_THREADS=4x is not an integer");
   // In range: accepted, and read as the number (a choice compares as a number: 032 is 32).
   for (const char* tile : {"0", "32", "64", "128", "032"}) EXPECT_EQ(env_check_error("MINFER_CUDA_MMQ_TILE", tile), "(no error)") << tile;

@@ -77,7 +77,8 @@ constexpr std::array kTable = {
     EnvVar{"MINFER_SIMD", "auto", "CPU kernel level: auto, scalar, avx2, avx512 (never above what the CPU has)", EnvKind::Text,
            "auto|scalar|avx2|avx512"},
     EnvVar{"MINFER_TEST_WRITE_SIGNAL", "0",
-           "test only: the GGUF writer raises this signal number (15: SIGTERM) after writing the first tensor", EnvKind::Int},
+           "test only: the GGUF writer raises this signal number (15: SIGTERM) after writing the first tensor (0: none)",
+           EnvKind::Int, nullptr, 0, 64},  // 64: SIGRTMAX on Linux
     EnvVar{"MINFER_THREADS", "", "default thread count for CPU work (0 or unset: the number of cores)", EnvKind::Int, nullptr, 0},
 };
 
