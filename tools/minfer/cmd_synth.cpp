@@ -77,10 +77,12 @@ void add_synth_command(CLI::App& app) {
   cmd->add_flag("--pure", args->pure, "no per-tensor mix rules: every matrix gets the base type");
   cmd->add_option("--layers", args->layers,
                   "write this many layers instead of the preset's (1..1024; a shallower model with the "
-                  "real layer shapes, for profiling)");
+                  "real layer shapes, for profiling)")
+      ->type_name("INT");
   cmd->add_option("--distinct-rows", args->distinct_rows,
                   "generate and quantize only this many rows per matrix (1..2^31; 0: all) and repeat them in a "
-                  "seeded order (same shapes and bytes per row, written in seconds: for speed benchmarks)");
+                  "seeded order (same shapes and bytes per row, written in seconds: for speed benchmarks)")
+      ->type_name("INT");
   cmd->callback([args] { run(*args); });
 }
 
