@@ -47,9 +47,10 @@ struct ScratchDir {
 
 constexpr const char* kVocab = "fixtures/tokenizer/ggml-vocab-qwen2.gguf";
 
-SynthReport synth(const std::string& arch, const std::string& preset, const std::string& type,
-                  const std::filesystem::path& out, uint64_t seed = 7, int threads = 2,
-                  const std::string& vocab = test::shared_path(kVocab).string()) {
+/// Options for a synth of `preset` in `type` to `out`, without a progress bar.
+SynthOptions options(const std::string& arch, const std::string& preset, const std::string& type,
+                     const std::filesystem::path& out, uint64_t seed = 7, int threads = 2,
+                     const std::string& vocab = test::shared_path(kVocab).string()) {
   SynthOptions o;
   o.arch = arch;
   o.preset = preset;
@@ -59,7 +60,13 @@ SynthReport synth(const std::string& arch, const std::string& preset, const std:
   o.seed = seed;
   o.n_threads = threads;
   o.progress = false;
-  return synth_model(o);
+  return o;
+}
+
+SynthReport synth(const std::string& arch, const std::string& preset, const std::string& type,
+                  const std::filesystem::path& out, uint64_t seed = 7, int threads = 2,
+                  const std::string& vocab = test::shared_path(kVocab).string()) {
+  return synth_model(options(arch, preset, type, out, seed, threads, vocab));
 }
 
 // Published parameter counts (Hugging Face model pages, safetensors "Params", exact).
@@ -178,14 +185,7 @@ TEST(Synth, layers_option_writes_that_many_layers_of_the_preset_shape) {
   MINFER_REQUIRE_SHARED(kVocab);
   const ScratchDir scratch;
   const auto& dir = scratch.path;
-  SynthOptions o;
-  o.arch = "qwen2";
-  o.preset = "tiny";
-  o.ftype = parse_file_type("q8_0");
-  o.vocab = test::shared_path(kVocab).string();
-  o.output = (dir / "m.gguf").string();
-  o.n_threads = 2;
-  o.progress = false;
+  SynthOptions o = options("qwen2", "tiny", "q8_0", dir / "m.gguf", /*seed=*/0);
   o.n_layer = 3;
   const SynthReport r = synth_model(o);
   EXPECT_EQ(r.n_layer, 3);
@@ -221,15 +221,8 @@ TEST(Synth, distinct_rows_repeat_the_first_rows_with_every_shape_and_type_kept) 
   MINFER_REQUIRE_SHARED(kVocab);
   const ScratchDir scratch;
   const auto& dir = scratch.path;
-  SynthOptions o;
-  o.arch = "qwen2";
-  o.preset = "tiny-odd";  // some rows fall back to other types: the repeat works per row bytes
-  o.ftype = parse_file_type("q4_K_M");
-  o.vocab = test::shared_path(kVocab).string();
-  o.seed = 5;
-  o.n_threads = 2;
-  o.progress = false;
-  o.output = (dir / "full.gguf").string();
+  // tiny-odd: some rows fall back to other types, so the repeat works on per-row bytes.
+  SynthOptions o = options("qwen2", "tiny-odd", "q4_K_M", dir / "full.gguf", /*seed=*/5);
   synth_model(o);
   constexpr int64_t kDistinct = 3;
   o.distinct_rows = kDistinct;

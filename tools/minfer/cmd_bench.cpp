@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <random>
 #include <utility>
 
@@ -32,7 +33,7 @@ struct BenchArgs {
   std::vector<std::string> pg;
   std::vector<std::string> threads;
   std::vector<std::string> n_batch{"2048"};
-  std::vector<std::string> n_ubatch;  ///< empty: default_ubatch() of each device
+  std::vector<std::string> n_ubatch{"0"};  ///< 0: default_ubatch() of each device
   std::vector<std::string> ctk;  ///< empty: MINFER_CACHE_TYPE, else f16 (as run's --cache-type)
   std::vector<std::string> ctv;
   std::vector<std::string> depth{"0"};
@@ -191,40 +192,50 @@ double run_once(Engine& e, const Test& t, int64_t n_batch, std::mt19937& rng) {
   return now_ns() - t0;
 }
 
-/// `s` right-aligned in `width` terminal columns (UTF-8: "±" is two bytes, one column).
-std::string pad_left(const std::string& s, size_t width) {
+/// `s` padded to `width` terminal columns, on the right (`left`) or the left (UTF-8: "±" is two
+/// bytes, one column).
+std::string pad(const std::string& s, size_t width, bool left) {
   size_t cols = 0;
   for (const char c : s) cols += (static_cast<unsigned char>(c) & 0xC0) != 0x80;  // count code points
-  return cols >= width ? s : std::string(width - cols, ' ') + s;
+  if (cols >= width) return s;
+  return left ? s + std::string(width - cols, ' ') : std::string(width - cols, ' ') + s;
 }
 
 /// llama-bench's table; n_batch and n_ubatch columns appear when some row differs from the
 /// default (2048; default_ubatch of the row's device), as llama-bench shows non-default fields.
 void print_markdown(const std::vector<Result>& rs) {
+  struct Column {
+    const char* name;
+    size_t width;
+    bool left;  ///< left-aligned (else right-aligned, with the ':' rule)
+    std::function<std::string(const Result&)> cell;
+  };
+  std::vector<Column> cols = {
+      {"model", 30, true, [](const Result& r) { return r.model_type; }},
+      {"size", 10, false,
+       [](const Result& r) { return fmt::format("{:.2f} MiB", static_cast<double>(r.size) / (1024.0 * 1024.0)); }},
+      {"params", 10, false, [](const Result& r) { return fmt::format("{:.2f} M", static_cast<double>(r.params) / 1e6); }},
+      {"backend", 10, true, [](const Result& r) { return r.backend; }},
+      {"threads", 7, false, [](const Result& r) { return std::to_string(r.cfg.threads); }}};
   bool show_b = false, show_ub = false;
   for (const Result& r : rs) {
     show_b = show_b || r.cfg.n_batch != 2048;
     show_ub = show_ub || r.cfg.n_ubatch != default_ubatch(parse_device(r.cfg.device));
   }
-  std::string head = fmt::format("| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} |", "model", "size", "params", "backend",
-                                 "threads");
-  std::string rule = fmt::format("| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} |", std::string(30, '-'), "---------:",
-                                 "---------:", "----------", "------:");
-  if (show_b) head += fmt::format(" {:>7} |", "n_batch"), rule += " ------: |";
-  if (show_ub) head += fmt::format(" {:>8} |", "n_ubatch"), rule += " -------: |";
-  head += fmt::format(" {:>6} | {:>16} | {:>20} |", "type_k", "test", "t/s");
-  rule += fmt::format(" {:>6} | {:>16} | {:>20} |", "-----:", "---------------:", "-------------------:");
-  std::printf("%s\n%s\n", head.c_str(), rule.c_str());
-  for (const Result& r : rs) {
-    std::string line = fmt::format("| {:<30} | {:>6.2f} MiB | {:>8.2f} M | {:<10} | {:>7} |", r.model_type,
-                                   static_cast<double>(r.size) / (1024.0 * 1024.0), static_cast<double>(r.params) / 1e6,
-                                   r.backend, r.cfg.threads);
-    if (show_b) line += fmt::format(" {:>7} |", r.cfg.n_batch);
-    if (show_ub) line += fmt::format(" {:>8} |", r.cfg.n_ubatch);
-    line += fmt::format(" {:>6} | {:>16} | {} |", r.kv, r.test,
-                        pad_left(fmt::format("{:.2f} ± {:.2f}", r.avg_ts(), r.stddev_ts()), 20));
+  if (show_b) cols.push_back({"n_batch", 7, false, [](const Result& r) { return std::to_string(r.cfg.n_batch); }});
+  if (show_ub) cols.push_back({"n_ubatch", 8, false, [](const Result& r) { return std::to_string(r.cfg.n_ubatch); }});
+  cols.push_back({"type_k", 6, false, [](const Result& r) { return r.kv; }});
+  cols.push_back({"test", 16, false, [](const Result& r) { return r.test; }});
+  cols.push_back(
+      {"t/s", 20, false, [](const Result& r) { return fmt::format("{:.2f} ± {:.2f}", r.avg_ts(), r.stddev_ts()); }});
+  const auto row = [&](const std::function<std::string(const Column&)>& text) {
+    std::string line = "|";
+    for (const Column& c : cols) line += " " + pad(text(c), c.width, c.left) + " |";
     std::printf("%s\n", line.c_str());
-  }
+  };
+  row([](const Column& c) { return std::string(c.name); });
+  row([](const Column& c) { return c.left ? std::string(c.width, '-') : std::string(c.width - 1, '-') + ":"; });
+  for (const Result& r : rs) row([&](const Column& c) { return c.cell(r); });
 }
 
 nlohmann::ordered_json to_json(const Result& r) {
@@ -292,7 +303,7 @@ void bench(const BenchArgs& a) {
   for (const auto& dev : devices)
     for (const int th : thread_list)
       for (const int64_t b : batches)
-        for (const int64_t ub_given : ubatches_given.empty() ? std::vector<int64_t>{0} : ubatches_given)
+        for (const int64_t ub_given : ubatches_given)
           for (size_t k = 0; k < ctk.size(); ++k) {
             const std::string& v = k < ctv.size() ? ctv[k] : ctv.back();
             if (v != ctk[k]) fail("bench: different K and V cache types ({} / {}) are not supported", ctk[k], v);

@@ -286,17 +286,10 @@ __global__ void __launch_bounds__(kThreads, 2)
     wgmma_fence();
 #pragma unroll
     for (int kq = 0; kq < kBK / 16; ++kq) {
-      if constexpr (BW == 128) {
-        if constexpr (kBf16)
-          wgmma_m64n128k16_bf16(acc, da + 2 * kq, db + 2 * kq);
-        else
-          wgmma_m64n128k16_f16(acc, da + 2 * kq, db + 2 * kq);
-      } else {
-        if constexpr (kBf16)
-          wgmma_m64n64k16_bf16(acc, da + 2 * kq, db + 2 * kq);
-        else
-          wgmma_m64n64k16_f16(acc, da + 2 * kq, db + 2 * kq);
-      }
+      if constexpr (BW == 128)
+        wgmma_m64n128k16<kBf16>(acc, da + 2 * kq, db + 2 * kq);
+      else
+        wgmma_m64n64k16<kBf16>(acc, da + 2 * kq, db + 2 * kq);
     }
     wgmma_commit();
     {
