@@ -79,20 +79,21 @@ CudaContext::CudaContext() {
 
 void CudaContext::opt_in_shared_memory() {
   for (const SmemOptin& o : smem_optins()) {
-    if (o.bytes > info_.smem_per_block_optin) {
+    const size_t bytes = o.bytes == 0 ? static_cast<size_t>(info_.smem_per_block_optin) : o.bytes;
+    if (bytes > info_.smem_per_block_optin) {
       log_warn("cuda: {} needs {} bytes of shared memory, the device allows {} per block: it "
-               "will not be launched", o.site, o.bytes, info_.smem_per_block_optin);
+               "will not be launched", o.site, bytes, info_.smem_per_block_optin);
       continue;
     }
     const cudaError_t e = cudaFuncSetAttribute(o.func, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(o.bytes));
+                                               static_cast<int>(bytes));
     if (e != cudaSuccess) {
       cudaGetLastError();
-      log_warn("cuda: opting {} in to {} bytes of shared memory failed: {}", o.site, o.bytes,
+      log_warn("cuda: opting {} in to {} bytes of shared memory failed: {}", o.site, bytes,
                cuda_error_text(e));
       continue;
     }
-    smem_granted_[o.func] = o.bytes;
+    smem_granted_[o.func] = bytes;
   }
 }
 

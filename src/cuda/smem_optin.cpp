@@ -7,6 +7,7 @@
 
 #include "cuda/kernels/hgemm.cuh"
 #include "cuda/kernels/mmq.cuh"
+#include "cuda/kernels/mmvq.cuh"
 
 namespace minfer::cuda {
 
@@ -15,6 +16,7 @@ std::span<const SmemOptin> smem_optins() {
     std::vector<SmemOptin> v;
     for (const SmemOptin& o : mm::mmq_smem_optins()) v.push_back(o);
     for (const SmemOptin& o : mm::hgemm_smem_optins()) v.push_back(o);
+    for (const SmemOptin& o : mm::mmvq_lane_smem_optins()) v.push_back(o);
     return v;
   }();
   return list;

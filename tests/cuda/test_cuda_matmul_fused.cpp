@@ -266,6 +266,86 @@ TEST_P(CudaMatmulFused, refuses_malformed_outputs_without_launching) {
   cuda::clear_launch_failure();
 }
 
+// The decode kernel with one super-block per lane (mmvq_lane.cu, the default for K-quants at n = 1)
+// gives the bits of the direct-load kernels (MINFER_CUDA_MMVQ_LANE=0 against =2, every shape),
+// themselves checked against the CPU by CudaMatmul: for 8, 16 and 32 lanes per row (3, 14, 37 and
+// 74 super-blocks: one and several rounds), a row count that leaves the last row group partial,
+// three segments of one launch with a bias on the first and a residual on the second, the SwiGLU
+// launch with a residual, and ring depths 2, 3 and 4.
+class CudaMmvqLane : public test::CudaStreamTest<TensorType> {};
+
+TEST_P(CudaMmvqLane, one_super_block_per_lane_gives_the_bits_of_the_direct_kernels) {
+  const TensorType type = GetParam();
+  const int64_t m0 = 4 * 33 + 1, m1 = 20, m2 = 7;
+  for (const int64_t nb : {3, 14, 37, 74}) {
+    const int64_t k = 256 * nb;
+    SCOPED_TRACE(std::string(type_name(type)) + " k " + std::to_string(k));
+    const auto x = test::random_acts(k, 1, 600);
+    const auto w0 = test::random_weights(type, m0, k, 601), w1 = test::random_weights(type, m1, k, 602),
+               w2 = test::random_weights(type, m2, k, 603), wu = test::random_weights(type, m0, k, 604);
+    std::vector<float> bias(static_cast<size_t>(m0)), res(static_cast<size_t>(m0));
+    for (int64_t j = 0; j < m0; ++j) {
+      bias[static_cast<size_t>(j)] = 0.25f * static_cast<float>(j % 7) - 0.5f;
+      res[static_cast<size_t>(j)] = 1.5f - 0.125f * static_cast<float>(j % 11);
+    }
+    DeviceBuffer dx(x.size() * 4), dw0(w0.size()), dw1(w1.size()), dw2(w2.size()), dwu(wu.size()),
+        dbias(bias.size() * 4), dres(res.size() * 4);
+    dx.upload(x.data(), x.size() * 4);
+    dw0.upload(w0.data(), w0.size());
+    dw1.upload(w1.data(), w1.size());
+    dw2.upload(w2.data(), w2.size());
+    dwu.upload(wu.data(), wu.size());
+    dbias.upload(bias.data(), bias.size() * 4);
+    dres.upload(res.data(), res.size() * 4);
+    DeviceBuffer dq(std::max<size_t>(cuda::quantized_activation_bytes(type, k, 1), 16));
+    ASSERT_TRUE(cuda::quantize_activations(type, dx.as<float>(), k, 1, dq.get(), stream_));
+    std::vector<std::vector<float>> want;
+    for (const char* mode : {"0", "2:2", "2:3", "2:4"}) {  // LANE=2: every shape, also long Q4_K/Q5_K rows
+      const std::string lane(mode, 1), stages = mode[1] == ':' ? std::string(mode + 2) : std::string("3");
+      SCOPED_TRACE(std::string("MINFER_CUDA_MMVQ_LANE=") + lane + " STAGES=" + stages);
+      test::ScopedEnv gate("MINFER_CUDA_MMVQ_LANE", lane.c_str());
+      test::ScopedEnv depth("MINFER_CUDA_MMVQ_LANE_STAGES", stages.c_str());
+      const int64_t ms[4] = {m0, m1, m2, m0};
+      auto out = [](int64_t m) { return DeviceBuffer(static_cast<size_t>(m + kPad) * 4); };
+      DeviceBuffer dy[4] = {out(m0), out(m1), out(m2), out(m0)};
+      for (auto& d : dy) d.fill(0xFF);
+      cuda::MatmulOut o[3];
+      const void* ws[3] = {dw0.get(), dw1.get(), dw2.get()};
+      for (int i = 0; i < 3; ++i) {
+        o[i].w = ws[i];
+        o[i].m = ms[i];
+        o[i].y = dy[i].as<float>();
+        o[i].ldy = ms[i] + kPad;
+      }
+      o[0].bias = dbias.as<float>();
+      o[1].residual = dres.as<float>();
+      o[1].ldr = m1;
+      cuda::clear_launch_failure();
+      ASSERT_TRUE(cuda::matmul_fused(type, k, o, 3, dq.get(), 1, stream_));
+      ASSERT_TRUE(cuda::matmul_swiglu(type, k, m0, dw0.get(), dwu.get(), dq.get(), 1, dy[3].as<float>(), m0 + kPad,
+                                      dres.as<float>(), m0, stream_));
+      ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+      std::vector<std::vector<float>> got(4);
+      for (int i = 0; i < 4; ++i) {
+        got[static_cast<size_t>(i)].resize(static_cast<size_t>(ms[i] + kPad));
+        dy[i].download(got[static_cast<size_t>(i)].data(), got[static_cast<size_t>(i)].size() * 4);
+      }
+      if (want.empty()) {  // the direct kernels are the reference
+        for (int i = 0; i < 4; ++i)
+          want.emplace_back(got[static_cast<size_t>(i)].begin(), got[static_cast<size_t>(i)].begin() + ms[i]);
+        continue;
+      }
+      const char* what[4] = {"segment 0 (bias)", "segment 1 (residual)", "segment 2", "SwiGLU + residual"};
+      for (int i = 0; i < 4; ++i)
+        EXPECT_TRUE(outputs_equal(got[static_cast<size_t>(i)], want[static_cast<size_t>(i)], ms[i], 1)) << what[i];
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(KQuantTypes, CudaMmvqLane,
+                         ::testing::Values(TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K),
+                         test::type_param_name);
+
 INSTANTIATE_TEST_SUITE_P(QuantizedTypes, CudaMatmulFused,
                          ::testing::Values(TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1,
                                            TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K),

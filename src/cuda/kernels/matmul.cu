@@ -88,15 +88,21 @@ bool latched(const char* site) {
   return true;
 }
 
-/// The K-quant MMVQ: the direct-load kernels where they apply (Q4_K/Q5_K with 16-byte aligned
-/// weights, mmvq_kquants_direct.cu; Q6_K rows of up to 4096 elements, mmvq_q6k_direct.cu), else
-/// the shared-memory staged one. MINFER_CUDA_MMVQ_STAGED=1 forces the staged kernel for all three
-/// types; MINFER_CUDA_MMVQ_Q6K=0 for Q6_K only, =2 takes the direct Q6_K kernel for any row
-/// length (A/B measurements).
+/// The K-quant MMVQ: for one token column the one-super-block-per-lane kernel (mmvq_lane.cu) where
+/// it applies (MINFER_CUDA_MMVQ_LANE: 0 never, 2 also for long Q4_K/Q5_K rows); else the direct-load
+/// kernels where they apply (Q4_K/Q5_K with 16-byte aligned weights, mmvq_kquants_direct.cu; Q6_K
+/// rows of up to 4096 elements, mmvq_q6k_direct.cu), else the shared-memory staged one.
+/// MINFER_CUDA_MMVQ_STAGED=1 forces the staged kernel for all three types; MINFER_CUDA_MMVQ_Q6K=0
+/// for Q6_K only, =2 takes the direct Q6_K kernel for any row length (A/B measurements).
 bool launch_kquant(TensorType type, const mm::MmvqBatch& b, const mm::Q8KView& acts, cudaStream_t stream) {
   if (!env_flag("MINFER_CUDA_MMVQ_STAGED")) {
     bool launched = false;
     bool ok = true;
+    if (const int64_t lane = env_int("MINFER_CUDA_MMVQ_LANE", 1); b.n == 1 && lane != 0) {
+      ok = mm::launch_mmvq_lane(type, b, acts, stream, static_cast<int>(env_int("MINFER_CUDA_MMVQ_LANE_STAGES", 0)),
+                                lane == 2, &launched);
+      if (launched) return ok;
+    }
     if (type != TensorType::Q6_K) {
       const int kb = static_cast<int>(env_int("MINFER_CUDA_MMVQ_KB", 0));
       ok = mm::launch_mmvq_kquant_direct(type, b, acts, stream, kb, &launched);

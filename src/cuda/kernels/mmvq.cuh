@@ -12,6 +12,8 @@
 //   mmvq_q6k_direct.cu Q6_K rows of up to 4096 elements: the same split as the direct Q4_K/Q5_K
 //                   kernel; its 210-byte blocks are 2-byte aligned, so each lane loads the
 //                   aligned words around its bytes and shifts them into place.
+//   mmvq_lane.cu    Q4_K Q5_K Q6_K, one token column: one super-block per lane (lane t % 32 computes
+//                   all of super-block t), weights streamed through a per-warp cp.async ring.
 //   mmvq_float.cu   F32 F16 BF16: 4 (2-byte types) or 8 (F32) lanes per row, each owning 8 or 4
 //                   virtual lanes, so 16-byte loads need no data exchange.
 // Quantized weights are streamed with 16-byte loads of aligned words into a per-warp shared
@@ -24,6 +26,7 @@
 
 #include "core/types.h"
 #include "cuda/kernels/quantize_acts.cuh"
+#include "cuda/kernels/smem_optin.cuh"
 
 namespace minfer::cuda::mm {
 
@@ -101,6 +104,19 @@ bool launch_mmvq_kquant_direct(TensorType type, const MmvqBatch& b, const Q8KVie
 /// launch_mmvq_kquant.
 bool launch_mmvq_q6k_direct(const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, bool any_length,
                             bool* launched);
+/// The decode MMVQ with one super-block per lane (mmvq_lane.cu): Q4_K, Q5_K, Q6_K, n = 1, every
+/// segment's weights 16-byte aligned (acts.qs and acts.bsums 16-byte, acts.d 4-byte aligned); with
+/// glu, rows of at most 16 super-blocks; Q4_K/Q5_K rows of at most 32 super-blocks unless
+/// every_shape (longer ones are faster on the direct kernel). `stages`: shared-memory ring depth per
+/// warp (2..4, else the per-type default; the deepest that fits is taken, down to 2). Sets
+/// *launched to false (and returns true) when it does not apply or its shared memory does not fit,
+/// so the caller falls back; otherwise returns the launch's result. Same results, bit for bit, as
+/// launch_mmvq_kquant.
+bool launch_mmvq_lane(TensorType type, const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, int stages,
+                      bool every_shape, bool* launched);
+/// The lane kernel's instantiations, each opted in to the device's largest per-block shared memory
+/// (bytes = 0 in the list): their use depends on the row length and the ring depth.
+std::span<const SmemOptin> mmvq_lane_smem_optins();
 /// The longest Q6_K row (elements) the direct kernel takes by default: 16 super-blocks, two steps
 /// of one warp (measured: docs/perf/2026-11-30-mmvq-q6k-direct.md).
 inline constexpr int64_t kQ6DirectMaxK = 16 * 256;

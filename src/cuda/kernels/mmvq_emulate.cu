@@ -8,6 +8,7 @@
 
 #include "cuda/kernels/mmvq_blocks.cuh"
 #include "cuda/kernels/mmvq_common.cuh"
+#include "cuda/kernels/mmvq_lane.cuh"
 #include "cuda/kernels/quantize_acts.cuh"
 #include "quant/blocks.h"
 #include "quant/quant.h"
@@ -287,6 +288,60 @@ bool emulate_q6k(const uint8_t* w, int64_t k, int64_t m, const Q8KView& a, int n
          same_bits(y, y2.data(), m, n, ldy);
 }
 
+/// mmvq_lane_kernel (one token column) row by row: the activation stage in its kLaneActStride
+/// layout, each row's piece of lanes-per-row super-blocks copied as the aligned 16-byte words
+/// around it (bytes past the tensor's end read as 0) into a buffer with the kernel's slack, lane
+/// t % 32's terms (lane_term) added in increasing t, and the kernel's fold over lanes-per-row
+/// lanes (8, 16 or 32; an fadd of +0.0f for the empty virtual lanes).
+template <TensorType kType>
+bool emulate_lane(const uint8_t* w, int64_t k, int64_t m, const Q8KView& a, float* y) {
+  constexpr int kBytes = kLaneBlockBytes<kType>;
+  const int nb = static_cast<int>(k / 256);
+  const int lpr = nb <= 8 ? 8 : nb <= 16 ? 16 : 32;
+  std::vector<uint8_t> act(static_cast<size_t>(nb) * kLaneActStride + 16, 0);
+  uint8_t* act16 = act.data() + (16 - reinterpret_cast<uintptr_t>(act.data()) % 16) % 16;
+  for (int t = 0; t < nb; ++t) {
+    std::memcpy(act16 + t * kLaneActStride, a.qs + static_cast<int64_t>(t) * 256, 256);
+    std::memcpy(act16 + t * kLaneActStride + kLaneActBsums, a.bsums + static_cast<int64_t>(t) * 16, 32);
+    std::memcpy(act16 + t * kLaneActStride + kLaneActD, a.d + t, 4);
+  }
+  const int64_t row_bytes = static_cast<int64_t>(nb) * kBytes;
+  const uint64_t lo = reinterpret_cast<uint64_t>(w), hi = lo + static_cast<uint64_t>(m * row_bytes);
+  std::vector<uint8_t> piece(static_cast<size_t>(32 * kBytes + 64), 0);
+  uint8_t* p16 = piece.data() + (16 - reinterpret_cast<uintptr_t>(piece.data()) % 16) % 16;
+  for (int64_t j = 0; j < m; ++j) {
+    float lane[32] = {};
+    for (int t0 = 0; t0 < nb; t0 += 32) {
+      const int nbr = std::min(nb - t0, lpr);
+      const uint64_t start = lo + static_cast<uint64_t>(j * row_bytes + int64_t{t0} * kBytes);
+      const uint64_t base = start & ~uint64_t{15};
+      const int words = static_cast<int>((start - base + static_cast<uint64_t>(nbr * kBytes) + 15) >> 4);
+      std::fill(piece.begin(), piece.end(), 0);
+      for (int b = 0; b < 16 * words; ++b)
+        if (base + b >= lo && base + b < hi) p16[b] = *reinterpret_cast<const uint8_t*>(base + b);
+      for (int h = 0; h < nbr; ++h)
+        lane[h] = fadd(lane[h], lane_term<kType>(p16 + (start - base) + h * kBytes, act16 + (t0 + h) * kLaneActStride));
+    }
+    float v[32];
+    for (int i = 0; i < 32; ++i) v[i] = lane[i];
+    if (lpr < 32)
+      for (int i = 0; i < lpr; ++i) v[i] = fadd(v[i], 0.0f);
+    for (int wdt = lpr / 2; wdt >= 1; wdt >>= 1)
+      for (int i = 0; i < wdt; ++i) v[i] = fadd(v[i], v[i + wdt]);
+    y[j] = v[0];
+  }
+  return true;
+}
+
+/// For one token column and 16-byte aligned weights (where the device takes mmvq_lane_kernel),
+/// the lane kernel's emulation, which must give the same bits as the other kernels' (y), else false.
+template <TensorType kType>
+bool check_lane(const uint8_t* w, int64_t k, int64_t m, const Q8KView& a, int n, const float* y) {
+  if (n != 1 || (reinterpret_cast<uintptr_t>(w) & 15u) != 0) return true;
+  std::vector<float> y2(static_cast<size_t>(m), 0.0f);
+  return emulate_lane<kType>(w, k, m, a, y2.data()) && same_bits(y, y2.data(), m, 1, m);
+}
+
 }  // namespace
 
 bool host_activations_from_blocks(TensorType type, const void* blocks, int64_t k, int64_t n,
@@ -352,13 +407,17 @@ bool emulate_mmvq(TensorType type, const void* w, int64_t k, int64_t m, const vo
     const bool aligned16 = (reinterpret_cast<uintptr_t>(w) & 15u) == 0;
     switch (type) {
       // As on the device: the direct-load kernel for 16-byte aligned Q4_K/Q5_K weights.
+      // n = 1 with 16-byte aligned weights: also the lane kernel, which must agree bit for bit.
       case TensorType::Q4_K:
-        return aligned16 ? emulate_kquant_direct<TensorType::Q4_K>(wb, k, m, a, nn, y, ldy)
-                         : emulate_kquant<TensorType::Q4_K>(wb, k, m, a, nn, y, ldy);
+        return (aligned16 ? emulate_kquant_direct<TensorType::Q4_K>(wb, k, m, a, nn, y, ldy)
+                          : emulate_kquant<TensorType::Q4_K>(wb, k, m, a, nn, y, ldy)) &&
+               check_lane<TensorType::Q4_K>(wb, k, m, a, nn, y);
       case TensorType::Q5_K:
-        return aligned16 ? emulate_kquant_direct<TensorType::Q5_K>(wb, k, m, a, nn, y, ldy)
-                         : emulate_kquant<TensorType::Q5_K>(wb, k, m, a, nn, y, ldy);
-      case TensorType::Q6_K: return emulate_q6k(wb, k, m, a, nn, y, ldy);
+        return (aligned16 ? emulate_kquant_direct<TensorType::Q5_K>(wb, k, m, a, nn, y, ldy)
+                          : emulate_kquant<TensorType::Q5_K>(wb, k, m, a, nn, y, ldy)) &&
+               check_lane<TensorType::Q5_K>(wb, k, m, a, nn, y);
+      case TensorType::Q6_K:
+        return emulate_q6k(wb, k, m, a, nn, y, ldy) && check_lane<TensorType::Q6_K>(wb, k, m, a, nn, y);
       default: return false;
     }
   }

@@ -17,7 +17,7 @@ namespace minfer::cuda {
 struct SmemOptin {
   const char* site;  ///< the launch site name of the instantiation
   const void* func;  ///< the __global__ function
-  size_t bytes;
+  size_t bytes;  ///< 0: the device's largest opt-in (cudaDevAttrMaxSharedMemoryPerBlockOptin)
 };
 
 /// Every such instantiation of every family (none of the non-matmul families needs one: their

@@ -1,0 +1,347 @@
+// Decode MMVQ for the K-quants (Q4_K, Q5_K, Q6_K x Q8K, one token column) with one super-block
+// per lane (design: mmvq_lane.cuh), bit-identical to the CPU reference.
+//
+// Lanes and rows. Lane t % 32 computes super-block t of a row, which is the virtual lane the
+// accumulation contract (quant_ref.h) adds that term to, so lanes exchange nothing until the
+// final fold. A row of nb <= 8 (16) super-blocks takes 8 (16) lanes: one warp computes 4 (2) rows
+// at once, and virtual lanes 8..31 (16..31), which hold no term, stay +0.0f; the fold's steps over
+// them reduce to one fadd(v, +0.0f). Longer rows take all 32 lanes, lane l walking t = l, l + 32, ...
+// in increasing order. With glu (SwiGLU) the rows of a warp are (gate j, up j) pairs.
+//
+// Memory. A "chunk" is what one pass of the warp's lanes consumes: lanes-per-row super-blocks of
+// each of its rows. Each warp streams its chunks through a private ring of `stages` shared-memory
+// stages, filled with 16-byte cp.async copies of the aligned words around each row piece (no
+// registers held while the bytes are in flight: at 3 stages two chunks are in flight while the
+// warp computes the third). Weights do not depend on the previous kernel, so the first chunks are
+// requested before griddepcontrol.wait: under PDL they stream while that kernel finishes. The
+// activations (qs, bsums, d) are copied once per block into shared memory, in the kLaneActStride
+// layout. (Keeping each lane's activations in registers instead, 128 registers a thread, made a
+// 7B Q4_K_M token slower: the kernel then fills the register file and the next kernels of the
+// layer can no longer start beside it under PDL; docs/perf/2026-12-01-mmvq-lane.md.)
+//
+// Grid. At most as many blocks as fit on the GPU at once; warp w takes a contiguous run of row
+// groups, the runs of equal length (within one), so no warp waits on a longer tail than another.
+#include <cuda_runtime.h>
+
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "cuda/kernels/launch.cuh"
+#include "cuda/kernels/mmvq.cuh"
+#include "cuda/kernels/mmvq_batch.cuh"
+#include "cuda/kernels/mmvq_common.cuh"
+#include "cuda/kernels/mmvq_lane.cuh"
+#include "cuda/kernels/ptx.cuh"
+#include "cuda/kernels/smem_optin.cuh"
+
+namespace minfer::cuda::mm {
+namespace {
+
+constexpr int kWarps = 4;  // warps per block
+
+/// Chunk geometry of type kType with kLpr lanes per row.
+template <TensorType kType, int kLpr>
+struct LaneGeom {
+  static constexpr int kBytes = kLaneBlockBytes<kType>;
+  static constexpr int kRows = 32 / kLpr;  ///< rows per chunk
+  /// Bytes of one row's piece in a stage: kLpr blocks, the start's offset in its 16-byte word
+  /// (< 16) and slack for the Q6_K reads up to 2 bytes past a block, rounded up to 16.
+  static constexpr int kPiece = (kLpr * kBytes + 16 + 15) / 16 * 16;
+  static constexpr int kStage = kRows * kPiece;
+};
+
+/// Row slot j (0 .. kRows - 1) of row group g: its weights' first byte, the end of its tensor, and
+/// the segment row its output goes to (with glu, the gate segment's). False past the last row.
+template <int kRows, bool kGlu>
+__device__ __forceinline__ bool slot_row(const MmvqBatch& b, int64_t g, int j, const uint8_t** w,
+                                         const uint8_t** end, SegRow* out) {
+  if constexpr (kGlu) {
+    const int64_t row = g * (kRows / 2) + j / 2;
+    if (row >= b.seg[0].m) return false;
+    *out = seg_row(b, 0, row);
+    const auto* base = static_cast<const uint8_t*>((j & 1) ? b.seg[1].w : b.seg[0].w);
+    *w = base + row * b.row_bytes;
+    *end = base + b.seg[0].m * b.row_bytes;
+    return true;
+  } else {
+    if (!find_segment(b, g * kRows + j, out)) return false;
+    *w = out->w + out->row * b.row_bytes;
+    *end = out->w + out->m * b.row_bytes;
+    return true;
+  }
+}
+
+/// Waits for this thread's copies of all but the newest stages - 1 committed groups.
+__device__ __forceinline__ void wait_chunk(int stages) {
+  // cp.async.wait_group takes an immediate: one case per supported ring depth.
+  if (stages == 2)
+    cp_async_wait<1>();
+  else if (stages == 3)
+    cp_async_wait<2>();
+  else
+    cp_async_wait<3>();
+}
+
+/// Position of a chunk in a warp's walk: row group g, round r (kLpr = 32: super-blocks 32 r ..),
+/// ring stage s. Advanced without divisions.
+struct ChunkPos {
+  int64_t g;
+  int r;
+  int s;
+  __device__ __forceinline__ void next(int rounds, int stages) {
+    if (++r == rounds) {
+      r = 0;
+      ++g;
+    }
+    if (++s == stages) s = 0;
+  }
+};
+
+template <TensorType kType, int kLpr, bool kGlu>
+__global__ void __launch_bounds__(kWarps * 32)
+    mmvq_lane_kernel(const MmvqBatch b, const Q8KView acts, int64_t n_groups, int64_t groups_per_warp, int stages) {
+  using G = LaneGeom<kType, kLpr>;
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
+  const int nb = static_cast<int>(b.k / 256);
+  const int rounds = kLpr == 32 ? (nb + 31) / 32 : 1;
+  uint8_t* ring = smem + static_cast<size_t>(warp) * stages * G::kStage;
+  uint8_t* act = smem + static_cast<size_t>(kWarps) * stages * G::kStage;
+  const int64_t wg = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  const int64_t g_begin = wg * groups_per_warp;
+  const int64_t g_end = g_begin + groups_per_warp < n_groups ? g_begin + groups_per_warp : n_groups;
+  const int n_chunks = g_end > g_begin ? static_cast<int>(g_end - g_begin) * rounds : 0;
+
+  // Issues the copies of the chunk at p (whole warp).
+  auto issue = [&](const ChunkPos& p) {
+    const int t0 = p.r * 32;
+    const int nbr = nb - t0 < kLpr ? nb - t0 : kLpr;
+#pragma unroll
+    for (int j = 0; j < G::kRows; ++j) {
+      const uint8_t *w, *end;
+      SegRow sr;
+      if (!slot_row<G::kRows, kGlu>(b, p.g, j, &w, &end, &sr)) continue;
+      const uint8_t* start = w + static_cast<int64_t>(t0) * G::kBytes;
+      const uint8_t* base = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(start) & ~uintptr_t{15});
+      const int words = static_cast<int>((start - base) + nbr * G::kBytes + 15) >> 4;
+      uint8_t* dst = ring + p.s * G::kStage + j * G::kPiece;
+      for (int i = lane; i < words; i += 32) {
+        const uint8_t* src = base + 16 * i;
+        const int64_t rem = end - src;
+        cp_async16(dst + 16 * i, src, rem >= 16 ? 16 : static_cast<int>(rem));
+      }
+    }
+  };
+
+  // Chunks 0 .. stages - 2 before waiting on the previous kernel: the weights are constant.
+  ChunkPos ip{g_begin, 0, 0};
+  int issued = 0;
+  for (int s = 0; s + 1 < stages; ++s) {
+    if (issued < n_chunks) {
+      issue(ip);
+      ip.next(rounds, stages);
+      ++issued;
+    }
+    cp_async_commit();
+  }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+  const int j = lane / kLpr, h = lane % kLpr;
+  // The activations: 16 qs words, 2 bsums words and d per super-block, copied once per block.
+  for (int i = static_cast<int>(threadIdx.x); i < nb * 19; i += kWarps * 32) {
+    const int t = i / 19, part = i - 19 * t;
+    uint8_t* dst = act + t * kLaneActStride + 16 * part;
+    if (part < 16)
+      cp_async16(dst, acts.qs + static_cast<int64_t>(t) * 256 + 16 * part, 16);
+    else if (part < 18)
+      cp_async16(dst, reinterpret_cast<const uint8_t*>(acts.bsums) + static_cast<int64_t>(t) * 32 + 16 * (part - 16),
+                 16);
+    else
+      cp_async4(dst, acts.d + t, 4);
+  }
+  cp_async_commit();
+  cp_async_wait_all();
+  __syncthreads();
+
+  float acc = 0.0f;
+  // glu: the (gate, up) sums of finished rows wait in lane `pending` (0..31) so that silu, a
+  // double-precision exp, runs on 32 rows at once instead of on one lane per row.
+  float pend_g = 0.0f, pend_u = 0.0f;
+  int64_t pend_row = -1;
+  int pending = 0;
+  auto flush = [&]() {
+    if (pend_row >= 0) {
+      const float o[1] = {__fmul_rn(silu_cpu(pend_g), pend_u)};
+      store_row<1>(seg_row(b, 0, pend_row), o);
+    }
+    pend_row = -1;
+    pending = 0;
+  };
+  ChunkPos cp{g_begin, 0, 0};
+  for (int c = 0; c < n_chunks; ++c) {
+    if (issued < n_chunks) {
+      issue(ip);
+      ip.next(rounds, stages);
+      ++issued;
+    }
+    cp_async_commit();
+    wait_chunk(stages);
+    __syncwarp();
+    const int t0 = cp.r * 32;
+    const uint8_t *w, *end;
+    SegRow sr;
+    const bool valid = slot_row<G::kRows, kGlu>(b, cp.g, j, &w, &end, &sr);
+    const int t = t0 + h;
+    if (valid && t < nb) {
+      const uint8_t* start = w + static_cast<int64_t>(t0) * G::kBytes;
+      const uint8_t* ws = ring + cp.s * G::kStage + j * G::kPiece + (reinterpret_cast<uintptr_t>(start) & 15u) +
+                          h * G::kBytes;
+      acc = __fadd_rn(acc, lane_term<kType>(ws, act + t * kLaneActStride));
+    }
+    __syncwarp();  // the stage is refilled by the next iteration's issue
+    if (cp.r == rounds - 1) {
+      // Fold (quant_ref.h step 3): virtual lanes kLpr..31 are +0.0f.
+      float v = acc;
+      if (kLpr < 32) v = __fadd_rn(v, 0.0f);
+#pragma unroll
+      for (int wdt = kLpr / 2; wdt >= 1; wdt >>= 1) v = __fadd_rn(v, __shfl_down_sync(kFullMask, v, wdt, kLpr));
+      if constexpr (kGlu) {
+#pragma unroll
+        for (int jj = 0; jj < G::kRows; jj += 2) {  // gate slot jj, up slot jj + 1
+          const float gv = __shfl_sync(kFullMask, v, jj * kLpr), uv = __shfl_sync(kFullMask, v, (jj + 1) * kLpr);
+          const int64_t row = cp.g * (G::kRows / 2) + jj / 2;
+          if (lane == pending) {
+            pend_g = gv;
+            pend_u = uv;
+            pend_row = row < b.seg[0].m ? row : -1;
+          }
+          if (++pending == 32) flush();
+        }
+      } else if (valid && h == 0) {
+        const float o[1] = {v};
+        store_row<1>(sr, o);
+      }
+      acc = 0.0f;
+    }
+    cp.next(rounds, stages);
+  }
+  if constexpr (kGlu) flush();
+}
+
+/// Blocks of `func` with `smem` bytes of dynamic shared memory that fit on one SM (cached).
+int blocks_per_sm(const void* func, size_t smem) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, size_t>, int> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_pair(func, smem);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, reinterpret_cast<const void*>(func), kWarps * 32, smem) !=
+      cudaSuccess) {
+    cudaGetLastError();
+    n = 0;
+  }
+  cache[key] = n;
+  return n;
+}
+
+template <TensorType kType, int kLpr, bool kGlu>
+bool launch_lpr(const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, int stages, const char* site,
+                bool* launched) {
+  using G = LaneGeom<kType, kLpr>;
+  const auto func = mmvq_lane_kernel<kType, kLpr, kGlu>;
+  const int64_t nb = b.k / 256;
+  const int64_t rows = kGlu ? b.seg[0].m : batch_rows(b);
+  const int64_t per_group = kGlu ? G::kRows / 2 : G::kRows;
+  const int64_t n_groups = (rows + per_group - 1) / per_group;
+  // The deepest ring (from `stages` down to 2) whose shared memory was opted in and fits an SM.
+  for (int s = stages; s >= 2; --s) {
+    const size_t smem = static_cast<size_t>(kWarps) * s * G::kStage + static_cast<size_t>(nb) * kLaneActStride;
+    if (!smem_opted_in(reinterpret_cast<const void*>(func), smem)) continue;
+    const int per_sm = blocks_per_sm(reinterpret_cast<const void*>(func), smem);
+    if (per_sm < 1) continue;
+    const int64_t max_warps = static_cast<int64_t>(per_sm) * context_sm_count() * kWarps;
+    const int64_t gpw = (n_groups + max_warps - 1) / max_warps;
+    const int64_t warps = (n_groups + gpw - 1) / gpw;
+    const auto blocks = static_cast<unsigned>((warps + kWarps - 1) / kWarps);
+    *launched = true;
+    launch_pdl(func, dim3(blocks), dim3(kWarps * 32), smem, stream, b, acts, n_groups, gpw, s);
+    return MINFER_LAUNCH_CHECK(site);
+  }
+  return true;  // nothing fits: *launched stays false
+}
+
+template <TensorType kType>
+bool launch_type(const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, int stages,
+                 const char* const (&sites)[2], bool* launched) {
+  const int64_t nb = b.k / 256;
+  if (b.glu) {
+    if (nb <= 8) return launch_lpr<kType, 8, true>(b, acts, stream, stages, sites[1], launched);
+    if (nb <= 16) return launch_lpr<kType, 16, true>(b, acts, stream, stages, sites[1], launched);
+    return true;  // a gate/up pair of longer rows would not fit one chunk: the direct kernels
+  }
+  if (nb <= 8) return launch_lpr<kType, 8, false>(b, acts, stream, stages, sites[0], launched);
+  if (nb <= 16) return launch_lpr<kType, 16, false>(b, acts, stream, stages, sites[0], launched);
+  return launch_lpr<kType, 32, false>(b, acts, stream, stages, sites[0], launched);
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+template <TensorType kType, int kLpr, bool kGlu>
+SmemOptin optin(const char* site) {
+  return {site, reinterpret_cast<const void*>(&mmvq_lane_kernel<kType, kLpr, kGlu>), 0};
+}
+
+}  // namespace
+
+bool launch_mmvq_lane(TensorType type, const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, int stages,
+                      bool every_shape, bool* launched) {
+  static const char* const kQ4[2] = {"mmvq_lane_q4_K", "mmvq_lane_glu_q4_K"};
+  static const char* const kQ5[2] = {"mmvq_lane_q5_K", "mmvq_lane_glu_q5_K"};
+  static const char* const kQ6[2] = {"mmvq_lane_q6_K", "mmvq_lane_glu_q6_K"};
+  *launched = false;
+  if (type != TensorType::Q4_K && type != TensorType::Q5_K && type != TensorType::Q6_K) return true;
+  if (b.n != 1 || b.k < 256 || b.k % 256 != 0 || b.n_seg < 1 || b.n_seg > kMmvqMaxSegments ||
+      (b.glu && (b.n_seg != 2 || b.seg[1].m != b.seg[0].m)))
+    return true;
+  for (int s = 0; s < b.n_seg; ++s)
+    if (!aligned16(b.seg[s].w)) return true;
+  if (!aligned16(acts.qs) || !aligned16(acts.bsums) || (reinterpret_cast<uintptr_t>(acts.d) & 3u) != 0) return true;
+  // Ring depth: Q6_K blocks are 46% larger, and 2 stages leave room for more warps per SM
+  // (measured: docs/perf/2026-12-01-mmvq-lane.md); 3 for Q4_K/Q5_K.
+  if (stages < 2 || stages > 4) stages = type == TensorType::Q6_K ? 2 : 3;
+  // Q4_K/Q5_K rows of more than 32 super-blocks (a 7B ffn_down) stay on the direct kernel, which
+  // is faster there, unless every_shape (A/B).
+  if (type != TensorType::Q6_K && b.k > 32 * 256 && !every_shape) return true;
+  switch (type) {
+    case TensorType::Q4_K: return launch_type<TensorType::Q4_K>(b, acts, stream, stages, kQ4, launched);
+    case TensorType::Q5_K: return launch_type<TensorType::Q5_K>(b, acts, stream, stages, kQ5, launched);
+    default: return launch_type<TensorType::Q6_K>(b, acts, stream, stages, kQ6, launched);
+  }
+}
+
+std::span<const SmemOptin> mmvq_lane_smem_optins() {
+  static const SmemOptin list[] = {
+      optin<TensorType::Q4_K, 8, false>("mmvq_lane_q4_K_8"),
+      optin<TensorType::Q4_K, 8, true>("mmvq_lane_glu_q4_K_8"),
+      optin<TensorType::Q4_K, 16, false>("mmvq_lane_q4_K_16"),
+      optin<TensorType::Q4_K, 16, true>("mmvq_lane_glu_q4_K_16"),
+      optin<TensorType::Q4_K, 32, false>("mmvq_lane_q4_K_32"),
+      optin<TensorType::Q5_K, 8, false>("mmvq_lane_q5_K_8"),
+      optin<TensorType::Q5_K, 8, true>("mmvq_lane_glu_q5_K_8"),
+      optin<TensorType::Q5_K, 16, false>("mmvq_lane_q5_K_16"),
+      optin<TensorType::Q5_K, 16, true>("mmvq_lane_glu_q5_K_16"),
+      optin<TensorType::Q5_K, 32, false>("mmvq_lane_q5_K_32"),
+      optin<TensorType::Q6_K, 8, false>("mmvq_lane_q6_K_8"),
+      optin<TensorType::Q6_K, 8, true>("mmvq_lane_glu_q6_K_8"),
+      optin<TensorType::Q6_K, 16, false>("mmvq_lane_q6_K_16"),
+      optin<TensorType::Q6_K, 16, true>("mmvq_lane_glu_q6_K_16"),
+      optin<TensorType::Q6_K, 32, false>("mmvq_lane_q6_K_32"),
+  };
+  return list;
+}
+
+}  // namespace minfer::cuda::mm
