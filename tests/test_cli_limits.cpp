@@ -3,6 +3,8 @@
 // the machine's, capped with a warning. Runs the built binary on a tiny tokenized model.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -189,6 +191,21 @@ TEST(CliLimits, bench_csv_doubles_quotes_inside_fields) {
   std::string want = odd.string();
   want.replace(want.find('"'), 1, "\"\"");
   EXPECT_NE(r.out.find("\n\"" + want + "\","), std::string::npos) << r.out;
+}
+
+// bench -o csv carries the fields of -o jsonl, in the same order (llama-bench's CSV does).
+TEST(CliLimits, bench_csv_has_the_fields_of_the_json_output) {
+  const std::string cmd = test::minfer_bin() + " bench -m " + model() + " -p 4 -n 0 -r 2 -t 1 -o ";
+  const Result csv = sh(cmd + "csv"), jsonl = sh(cmd + "jsonl");
+  ASSERT_EQ(csv.status, 0) << csv.out;
+  ASSERT_EQ(jsonl.status, 0) << jsonl.out;
+  const size_t brace = jsonl.out.find('{');
+  ASSERT_NE(brace, std::string::npos) << jsonl.out;
+  const auto j = nlohmann::ordered_json::parse(jsonl.out.substr(brace, jsonl.out.find('\n', brace) - brace));
+  std::string want_header;
+  for (const auto& [key, v] : j.items()) want_header += (want_header.empty() ? "" : ",") + key;
+  EXPECT_NE(csv.out.find(want_header + "\n"), std::string::npos) << csv.out;
+  EXPECT_NE(csv.out.find(",\"pp4\","), std::string::npos) << csv.out;  // the test name, quoted
 }
 
 TEST(CliLimits, directories_given_as_files_are_named_in_the_error) {

@@ -160,10 +160,16 @@ TEST(CliUsage, a_malformed_environment_variable_is_refused_when_the_command_star
     EXPECT_EQ(r.out.rfind("minfer: error: environment variable " + message, 0), 0u) << var << "\n" << r.out;
     EXPECT_EQ(lines(r.out), 1u) << var << "\n" << r.out;
   }
-  // `minfer env` still lists the variables as they are set.
+  // `minfer env` still lists the variables as they are set, and says which are set.
   const Result env = with_env("MINFER_NO_MMQ=maybe", "env");
   EXPECT_EQ(env.status, 0) << env.out;
   EXPECT_NE(env.out.find("maybe"), std::string::npos) << env.out;
+  const auto line_of = [&](const std::string& name) {
+    const size_t at = env.out.find(name + " ");
+    return at == std::string::npos ? std::string() : env.out.substr(at, env.out.find('\n', at) - at);
+  };
+  EXPECT_NE(line_of("MINFER_NO_MMQ").find(" set "), std::string::npos) << env.out;
+  EXPECT_NE(line_of("MINFER_NO_CUDA_GRAPH").find(" default "), std::string::npos) << env.out;
 }
 
 TEST(CliUsage, environment_variables_outside_their_allowed_values_are_refused_when_the_command_starts) {
@@ -216,7 +222,7 @@ TEST(CliUsage, a_misspelled_environment_variable_is_warned_about_with_the_neares
   // `minfer env` lists it after the table, as unknown.
   const Result env = test::run_shell("MINFER_NO_CUDA_GRAPHS=1 timeout 60 " + test::minfer_bin() + " env");
   EXPECT_EQ(env.status, 0) << env.out;
-  EXPECT_NE(env.out.find("\nMINFER_NO_CUDA_GRAPHS        = 1         unknown: minfer does not read it; did you mean "
+  EXPECT_NE(env.out.find("\nMINFER_NO_CUDA_GRAPHS        = 1         set      unknown: minfer does not read it; did you mean "
                          "MINFER_NO_CUDA_GRAPH?\n"),
             std::string::npos)
       << env.out;
@@ -228,7 +234,7 @@ TEST(CliUsage, a_misspelled_environment_variable_is_warned_about_with_the_neares
 TEST(CliUsage, env_marks_the_values_other_commands_refuse) {
   const Result env = test::run_shell("MINFER_LOG=verbose MINFER_NO_MMQ=1 timeout 60 " + test::minfer_bin() + " env");
   EXPECT_EQ(env.status, 0) << env.out;
-  EXPECT_NE(env.out.find("\nMINFER_LOG                   = verbose   log level"), std::string::npos) << env.out;
+  EXPECT_NE(env.out.find("\nMINFER_LOG                   = verbose   set      log level"), std::string::npos) << env.out;
   EXPECT_NE(env.out.find("\n                               invalid: environment variable MINFER_LOG=verbose is not one "
                          "of error, warn, info, debug (other commands refuse it)\n"),
             std::string::npos)

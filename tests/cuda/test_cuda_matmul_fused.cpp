@@ -271,7 +271,9 @@ TEST_P(CudaMatmulFused, refuses_malformed_outputs_without_launching) {
 // themselves checked against the CPU by CudaMatmul: for 8, 16 and 32 lanes per row (3, 14, 37 and
 // 74 super-blocks: one and several rounds), a row count that leaves the last row group partial,
 // three segments of one launch with a bias on the first and a residual on the second, the SwiGLU
-// launch with a residual, and ring depths 2, 3 and 4.
+// launch with a residual, ring depths 2, 3 and 4, and grids of 1 and 3 warps
+// (MINFER_CUDA_MMVQ_LANE_WARPS), where every warp walks many row groups: the ring wraps and the
+// SwiGLU rows waiting for silu are flushed every 32 rows.
 class CudaMmvqLane : public test::CudaStreamTest<TensorType> {};
 
 TEST_P(CudaMmvqLane, one_super_block_per_lane_gives_the_bits_of_the_direct_kernels) {
@@ -300,11 +302,14 @@ TEST_P(CudaMmvqLane, one_super_block_per_lane_gives_the_bits_of_the_direct_kerne
     DeviceBuffer dq(std::max<size_t>(cuda::quantized_activation_bytes(type, k, 1), 16));
     ASSERT_TRUE(cuda::quantize_activations(type, dx.as<float>(), k, 1, dq.get(), stream_));
     std::vector<std::vector<float>> want;
-    for (const char* mode : {"0", "2:2", "2:3", "2:4"}) {  // LANE=2: every shape, also long Q4_K/Q5_K rows
-      const std::string lane(mode, 1), stages = mode[1] == ':' ? std::string(mode + 2) : std::string("3");
-      SCOPED_TRACE(std::string("MINFER_CUDA_MMVQ_LANE=") + lane + " STAGES=" + stages);
-      test::ScopedEnv gate("MINFER_CUDA_MMVQ_LANE", lane.c_str());
-      test::ScopedEnv depth("MINFER_CUDA_MMVQ_LANE_STAGES", stages.c_str());
+    // {MINFER_CUDA_MMVQ_LANE, _STAGES, _WARPS}; LANE=2: every shape, also long Q4_K/Q5_K rows.
+    const char* const modes[][3] = {{"0", "0", "0"}, {"2", "2", "0"}, {"2", "3", "0"}, {"2", "4", "0"},
+                                    {"2", "3", "1"}, {"2", "2", "3"}};
+    for (const auto& mode : modes) {
+      SCOPED_TRACE(std::string("MINFER_CUDA_MMVQ_LANE=") + mode[0] + " STAGES=" + mode[1] + " WARPS=" + mode[2]);
+      test::ScopedEnv gate("MINFER_CUDA_MMVQ_LANE", mode[0]);
+      test::ScopedEnv depth("MINFER_CUDA_MMVQ_LANE_STAGES", mode[1]);
+      test::ScopedEnv grid("MINFER_CUDA_MMVQ_LANE_WARPS", mode[2]);
       const int64_t ms[4] = {m0, m1, m2, m0};
       auto out = [](int64_t m) { return DeviceBuffer(static_cast<size_t>(m + kPad) * 4); };
       DeviceBuffer dy[4] = {out(m0), out(m1), out(m2), out(m0)};

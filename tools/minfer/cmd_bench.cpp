@@ -361,13 +361,28 @@ void bench(const BenchArgs& a) {
     for (const Result& r : results) arr.push_back(to_json(r));
     std::printf("%s\n", arr.dump(2).c_str());
   } else if (a.output == "csv") {
-    std::printf("model_filename,model_type,model_size,model_n_params,backends,n_threads,n_batch,n_ubatch,type_k,n_prompt,n_gen,n_depth,avg_ts,stddev_ts\n");
-    for (const Result& r : results)
-      std::printf("%s,%s,%llu,%llu,%s,%d,%lld,%lld,%s,%lld,%lld,%lld,%.6f,%.6f\n", csv_quote(r.model_file).c_str(),
-                  csv_quote(r.model_type).c_str(), static_cast<unsigned long long>(r.size), static_cast<unsigned long long>(r.params),
-                  r.backend.c_str(), r.cfg.threads, static_cast<long long>(r.cfg.n_batch),
-                  static_cast<long long>(r.cfg.n_ubatch), r.kv.c_str(), static_cast<long long>(r.t.n_prompt),
-                  static_cast<long long>(r.t.n_gen), static_cast<long long>(r.t.n_depth), r.avg_ts(), r.stddev_ts());
+    // The JSON object's fields in its order (as llama-bench's CSV): strings quoted, the sample
+    // lists as one quoted, comma-separated field.
+    auto field = [](const nlohmann::ordered_json& v) -> std::string {
+      if (v.is_string()) return csv_quote(v.get<std::string>());
+      if (v.is_array()) {
+        std::string joined;
+        for (const auto& e : v) joined += (joined.empty() ? "" : ",") + e.dump();
+        return csv_quote(joined);
+      }
+      return v.dump();
+    };
+    for (size_t i = 0; i < results.size(); ++i) {
+      const nlohmann::ordered_json j = to_json(results[i]);
+      std::string line;
+      if (i == 0) {
+        for (const auto& [key, v] : j.items()) line += (line.empty() ? "" : ",") + key;
+        std::printf("%s\n", line.c_str());
+        line.clear();
+      }
+      for (const auto& [key, v] : j.items()) line += (line.empty() ? "" : ",") + field(v);
+      std::printf("%s\n", line.c_str());
+    }
   }
 }
 

@@ -92,8 +92,9 @@ void chat(const ChatArgs& a) {
     std::fflush(stdout);
     msgs.push_back({"assistant", reply});
     std::fprintf(stderr,
-                 "minfer: prompt %d new tokens (%d reused), %.1f t/s | generated %d tokens, %.1f t/s | stop: %s\n",
-                 st.prompt_tokens, st.reused_tokens, st.prefill_tps(), st.generated_tokens, st.decode_tps(),
+                 "minfer: prompt %d new token%s (%d reused), %.1f t/s | generated %d token%s, %.1f t/s | stop: %s\n",
+                 st.prompt_tokens, st.prompt_tokens == 1 ? "" : "s", st.reused_tokens, st.prefill_tps(),
+                 st.generated_tokens, st.generated_tokens == 1 ? "" : "s", st.decode_tps(),
                  st.stop_reason.c_str());
   }
 }

@@ -1,6 +1,7 @@
 // `minfer env`: lists every MINFER_* environment variable, its value now and what it means, then
 // the MINFER_* variables that are set but that minfer does not read (a misspelling, usually).
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "commands.h"
@@ -26,15 +27,17 @@ std::string problem(const EnvVar& v) {
 void add_env_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("env", "List the MINFER_* environment variables and their values");
   cmd->callback([] {
+    // name = value, whether it is set or the default, meaning.
     for (const EnvVar& v : env_table()) {
-      std::printf("%-28s = %-8s  %s\n", v.name, printable(env_string(v.name)).c_str(), v.meaning);
+      const char* origin = std::getenv(v.name) != nullptr ? "set" : "default";
+      std::printf("%-28s = %-8s  %-7s  %s\n", v.name, printable(env_string(v.name)).c_str(), origin, v.meaning);
       if (const std::string why = problem(v); !why.empty())
         std::printf("%-28s   invalid: %s (other commands refuse it)\n", "", printable(why).c_str());
     }
     for (const UnknownEnvVar& u : env_unknown()) {
       const std::string hint = u.suggestion.empty() ? "" : "; did you mean " + u.suggestion + "?";
-      std::printf("%-28s = %-8s  unknown: minfer does not read it%s\n", printable(u.name).c_str(),
-                  printable(u.value).c_str(), hint.c_str());
+      std::printf("%-28s = %-8s  %-7s  unknown: minfer does not read it%s\n", printable(u.name).c_str(),
+                  printable(u.value).c_str(), "set", hint.c_str());
     }
   });
 }

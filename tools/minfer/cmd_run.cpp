@@ -75,8 +75,9 @@ void run(const RunArgs& a) {
   std::fputc('\n', stdout);
   std::fflush(stdout);
   std::fprintf(stderr,
-               "minfer: prompt %d tokens, %.1f t/s | generated %d tokens, %.1f t/s | stop: %s\n",
-               st.prompt_tokens, st.prefill_tps(), st.generated_tokens, st.decode_tps(),
+               "minfer: prompt %d token%s, %.1f t/s | generated %d token%s, %.1f t/s | stop: %s\n",
+               st.prompt_tokens, st.prompt_tokens == 1 ? "" : "s", st.prefill_tps(), st.generated_tokens,
+               st.generated_tokens == 1 ? "" : "s", st.decode_tps(),
                st.stop_reason.c_str());
 }
 

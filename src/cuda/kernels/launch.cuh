@@ -62,6 +62,9 @@ void launch_pdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t sme
 /// depends on have completed and their writes are visible (griddepcontrol.wait), then lets the
 /// next PDL launch in the stream start its blocks (griddepcontrol.launch_dependents). Both are
 /// no-ops for a launch without the attribute and below sm_90.
+/// One exception: mmvq_lane.cu reads its weights (constant model tensors, uploaded with copies,
+/// never written by a kernel) before the wait, so they stream while the previous kernel ends;
+/// it waits before it touches anything else.
 __device__ __forceinline__ void pdl_prologue() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");

@@ -100,7 +100,7 @@ bool launch_kquant(TensorType type, const mm::MmvqBatch& b, const mm::Q8KView& a
     bool ok = true;
     if (const int64_t lane = env_int("MINFER_CUDA_MMVQ_LANE", 1); b.n == 1 && lane != 0) {
       ok = mm::launch_mmvq_lane(type, b, acts, stream, static_cast<int>(env_int("MINFER_CUDA_MMVQ_LANE_STAGES", 0)),
-                                lane == 2, &launched);
+                                lane == 2, env_int("MINFER_CUDA_MMVQ_LANE_WARPS", 0), &launched);
       if (launched) return ok;
     }
     if (type != TensorType::Q6_K) {

@@ -19,8 +19,9 @@
 // 7B Q4_K_M token slower: the kernel then fills the register file and the next kernels of the
 // layer can no longer start beside it under PDL; docs/perf/2026-12-01-mmvq-lane.md.)
 //
-// Grid. At most as many blocks as fit on the GPU at once; warp w takes a contiguous run of row
-// groups, the runs of equal length (within one), so no warp waits on a longer tail than another.
+// Grid. At most as many warps as fit on the GPU at once (and no more than row groups); warp w
+// takes the contiguous run [w n / W, (w + 1) n / W) of the n row groups, so the runs differ in
+// length by at most one.
 #include <cuda_runtime.h>
 
 #include <map>
@@ -100,7 +101,7 @@ struct ChunkPos {
 
 template <TensorType kType, int kLpr, bool kGlu>
 __global__ void __launch_bounds__(kWarps * 32)
-    mmvq_lane_kernel(const MmvqBatch b, const Q8KView acts, int64_t n_groups, int64_t groups_per_warp, int stages) {
+    mmvq_lane_kernel(const MmvqBatch b, const Q8KView acts, int64_t n_groups, int64_t n_warps, int stages) {
   using G = LaneGeom<kType, kLpr>;
   extern __shared__ __align__(16) uint8_t smem[];
   const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
@@ -109,8 +110,9 @@ __global__ void __launch_bounds__(kWarps * 32)
   uint8_t* ring = smem + static_cast<size_t>(warp) * stages * G::kStage;
   uint8_t* act = smem + static_cast<size_t>(kWarps) * stages * G::kStage;
   const int64_t wg = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
-  const int64_t g_begin = wg * groups_per_warp;
-  const int64_t g_end = g_begin + groups_per_warp < n_groups ? g_begin + groups_per_warp : n_groups;
+  // Warp wg's run of row groups: [wg n / W, (wg + 1) n / W), lengths within one of each other.
+  const int64_t g_begin = wg < n_warps ? wg * n_groups / n_warps : n_groups;
+  const int64_t g_end = wg < n_warps ? (wg + 1) * n_groups / n_warps : n_groups;
   const int n_chunks = g_end > g_begin ? static_cast<int>(g_end - g_begin) * rounds : 0;
 
   // Issues the copies of the chunk at p (whole warp).
@@ -241,16 +243,16 @@ int blocks_per_sm(const void* func, size_t smem) {
   int n = 0;
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, reinterpret_cast<const void*>(func), kWarps * 32, smem) !=
       cudaSuccess) {
-    cudaGetLastError();
-    n = 0;
+    cudaGetLastError();  // this query's own error (launch_kquant runs after the latched-error check)
+    return 0;            // not cached: the next launch asks again
   }
   cache[key] = n;
   return n;
 }
 
 template <TensorType kType, int kLpr, bool kGlu>
-bool launch_lpr(const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, int stages, const char* site,
-                bool* launched) {
+bool launch_lpr(const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, int stages, int64_t max_warps,
+                const char* site, bool* launched) {
   using G = LaneGeom<kType, kLpr>;
   const auto func = mmvq_lane_kernel<kType, kLpr, kGlu>;
   const int64_t nb = b.k / 256;
@@ -263,29 +265,29 @@ bool launch_lpr(const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, in
     if (!smem_opted_in(reinterpret_cast<const void*>(func), smem)) continue;
     const int per_sm = blocks_per_sm(reinterpret_cast<const void*>(func), smem);
     if (per_sm < 1) continue;
-    const int64_t max_warps = static_cast<int64_t>(per_sm) * context_sm_count() * kWarps;
-    const int64_t gpw = (n_groups + max_warps - 1) / max_warps;
-    const int64_t warps = (n_groups + gpw - 1) / gpw;
+    int64_t warps = static_cast<int64_t>(per_sm) * context_sm_count() * kWarps;
+    if (max_warps > 0 && warps > max_warps) warps = max_warps;
+    if (warps > n_groups) warps = n_groups;
     const auto blocks = static_cast<unsigned>((warps + kWarps - 1) / kWarps);
     *launched = true;
-    launch_pdl(func, dim3(blocks), dim3(kWarps * 32), smem, stream, b, acts, n_groups, gpw, s);
+    launch_pdl(func, dim3(blocks), dim3(kWarps * 32), smem, stream, b, acts, n_groups, warps, s);
     return MINFER_LAUNCH_CHECK(site);
   }
   return true;  // nothing fits: *launched stays false
 }
 
 template <TensorType kType>
-bool launch_type(const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, int stages,
+bool launch_type(const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, int stages, int64_t max_warps,
                  const char* const (&sites)[2], bool* launched) {
   const int64_t nb = b.k / 256;
   if (b.glu) {
-    if (nb <= 8) return launch_lpr<kType, 8, true>(b, acts, stream, stages, sites[1], launched);
-    if (nb <= 16) return launch_lpr<kType, 16, true>(b, acts, stream, stages, sites[1], launched);
+    if (nb <= 8) return launch_lpr<kType, 8, true>(b, acts, stream, stages, max_warps, sites[1], launched);
+    if (nb <= 16) return launch_lpr<kType, 16, true>(b, acts, stream, stages, max_warps, sites[1], launched);
     return true;  // a gate/up pair of longer rows would not fit one chunk: the direct kernels
   }
-  if (nb <= 8) return launch_lpr<kType, 8, false>(b, acts, stream, stages, sites[0], launched);
-  if (nb <= 16) return launch_lpr<kType, 16, false>(b, acts, stream, stages, sites[0], launched);
-  return launch_lpr<kType, 32, false>(b, acts, stream, stages, sites[0], launched);
+  if (nb <= 8) return launch_lpr<kType, 8, false>(b, acts, stream, stages, max_warps, sites[0], launched);
+  if (nb <= 16) return launch_lpr<kType, 16, false>(b, acts, stream, stages, max_warps, sites[0], launched);
+  return launch_lpr<kType, 32, false>(b, acts, stream, stages, max_warps, sites[0], launched);
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
@@ -298,7 +300,7 @@ SmemOptin optin(const char* site) {
 }  // namespace
 
 bool launch_mmvq_lane(TensorType type, const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, int stages,
-                      bool every_shape, bool* launched) {
+                      bool every_shape, int64_t max_warps, bool* launched) {
   static const char* const kQ4[2] = {"mmvq_lane_q4_K", "mmvq_lane_glu_q4_K"};
   static const char* const kQ5[2] = {"mmvq_lane_q5_K", "mmvq_lane_glu_q5_K"};
   static const char* const kQ6[2] = {"mmvq_lane_q6_K", "mmvq_lane_glu_q6_K"};
@@ -317,9 +319,9 @@ bool launch_mmvq_lane(TensorType type, const MmvqBatch& b, const Q8KView& acts, 
   // is faster there, unless every_shape (A/B).
   if (type != TensorType::Q6_K && b.k > 32 * 256 && !every_shape) return true;
   switch (type) {
-    case TensorType::Q4_K: return launch_type<TensorType::Q4_K>(b, acts, stream, stages, kQ4, launched);
-    case TensorType::Q5_K: return launch_type<TensorType::Q5_K>(b, acts, stream, stages, kQ5, launched);
-    default: return launch_type<TensorType::Q6_K>(b, acts, stream, stages, kQ6, launched);
+    case TensorType::Q4_K: return launch_type<TensorType::Q4_K>(b, acts, stream, stages, max_warps, kQ4, launched);
+    case TensorType::Q5_K: return launch_type<TensorType::Q5_K>(b, acts, stream, stages, max_warps, kQ5, launched);
+    default: return launch_type<TensorType::Q6_K>(b, acts, stream, stages, max_warps, kQ6, launched);
   }
 }
 
