@@ -19,9 +19,11 @@
 // 7B Q4_K_M token slower: the kernel then fills the register file and the next kernels of the
 // layer can no longer start beside it under PDL; docs/perf/2026-12-01-mmvq-lane.md.)
 //
-// Grid. At most as many warps as fit on the GPU at once (and no more than row groups); warp w
-// takes the contiguous run [w n / W, (w + 1) n / W) of the n row groups, so the runs differ in
-// length by at most one.
+// Grid. At most as many warps as fit on the GPU at once: with g = ceil(row groups / warps that
+// fit), warp w takes the contiguous run of groups [w g, w g + g), so only the last warp's run is
+// shorter. (Just past a multiple of what fits, this launches about half the warps that fit: same
+// longest run, fewer bytes in flight. Splitting as [w n / W, (w + 1) n / W) would not; it is left
+// for a session with device time to check it.)
 #include <cuda_runtime.h>
 
 #include <map>
@@ -101,7 +103,7 @@ struct ChunkPos {
 
 template <TensorType kType, int kLpr, bool kGlu>
 __global__ void __launch_bounds__(kWarps * 32)
-    mmvq_lane_kernel(const MmvqBatch b, const Q8KView acts, int64_t n_groups, int64_t n_warps, int stages) {
+    mmvq_lane_kernel(const MmvqBatch b, const Q8KView acts, int64_t n_groups, int64_t groups_per_warp, int stages) {
   using G = LaneGeom<kType, kLpr>;
   extern __shared__ __align__(16) uint8_t smem[];
   const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
@@ -110,9 +112,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   uint8_t* ring = smem + static_cast<size_t>(warp) * stages * G::kStage;
   uint8_t* act = smem + static_cast<size_t>(kWarps) * stages * G::kStage;
   const int64_t wg = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
-  // Warp wg's run of row groups: [wg n / W, (wg + 1) n / W), lengths within one of each other.
-  const int64_t g_begin = wg < n_warps ? wg * n_groups / n_warps : n_groups;
-  const int64_t g_end = wg < n_warps ? (wg + 1) * n_groups / n_warps : n_groups;
+  const int64_t g_begin = wg * groups_per_warp;
+  const int64_t g_end = g_begin + groups_per_warp < n_groups ? g_begin + groups_per_warp : n_groups;
   const int n_chunks = g_end > g_begin ? static_cast<int>(g_end - g_begin) * rounds : 0;
 
   // Issues the copies of the chunk at p (whole warp).
@@ -265,12 +266,13 @@ bool launch_lpr(const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, in
     if (!smem_opted_in(reinterpret_cast<const void*>(func), smem)) continue;
     const int per_sm = blocks_per_sm(reinterpret_cast<const void*>(func), smem);
     if (per_sm < 1) continue;
-    int64_t warps = static_cast<int64_t>(per_sm) * context_sm_count() * kWarps;
-    if (max_warps > 0 && warps > max_warps) warps = max_warps;
-    if (warps > n_groups) warps = n_groups;
+    int64_t fit = static_cast<int64_t>(per_sm) * context_sm_count() * kWarps;
+    if (max_warps > 0 && fit > max_warps) fit = max_warps;
+    const int64_t gpw = (n_groups + fit - 1) / fit;  // groups per warp
+    const int64_t warps = (n_groups + gpw - 1) / gpw;
     const auto blocks = static_cast<unsigned>((warps + kWarps - 1) / kWarps);
     *launched = true;
-    launch_pdl(func, dim3(blocks), dim3(kWarps * 32), smem, stream, b, acts, n_groups, warps, s);
+    launch_pdl(func, dim3(blocks), dim3(kWarps * 32), smem, stream, b, acts, n_groups, gpw, s);
     return MINFER_LAUNCH_CHECK(site);
   }
   return true;  // nothing fits: *launched stays false
