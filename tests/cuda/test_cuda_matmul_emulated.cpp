@@ -26,8 +26,9 @@ TEST_P(CudaMmvqEmulated, kernel_arithmetic_is_bit_identical_to_cpu_reference) {
   const TensorType type = GetParam();
   const int64_t bs = static_cast<int64_t>(type_traits(type).block_size);
   // one block; more than 32 blocks (lanes wrap) and more than one staged chunk; 14 super-blocks
-  // (the direct K-quant kernel's two-half steps, 7B rows).
-  for (const int64_t k : {bs, bs * (bs == 32 ? 100 : 37), bs * 14})
+  // (the direct K-quant kernel's two-half steps, 7B rows); 3 blocks (the lane kernel's 8 lanes per
+  // row with 5 empty); 74 (a 7B ffn_down row: the lane kernel's three rounds, the last partial).
+  for (const int64_t k : {bs, bs * (bs == 32 ? 100 : 37), bs * 14, bs * 3, bs * (bs == 32 ? 7 : 74)})
     for (const int64_t m : {int64_t{1}, int64_t{7}})
       for (const size_t offset : {size_t{0}, size_t{2}, size_t{6}}) {
         SCOPED_TRACE("k " + std::to_string(k) + " m " + std::to_string(m) + " offset " +
