@@ -307,28 +307,22 @@ bool emulate_lane(const uint8_t* w, int64_t k, int64_t m, const Q8KView& a, floa
   }
   const int64_t row_bytes = static_cast<int64_t>(nb) * kBytes;
   const uint64_t lo = reinterpret_cast<uint64_t>(w), hi = lo + static_cast<uint64_t>(m * row_bytes);
-  std::vector<uint8_t> piece(static_cast<size_t>(32 * kBytes + 64), 0);
-  uint8_t* p16 = piece.data() + (16 - reinterpret_cast<uintptr_t>(piece.data()) % 16) % 16;
+  std::vector<uint8_t> piece(static_cast<size_t>(32 * kBytes + 32));  // + the kernel's slack
   for (int64_t j = 0; j < m; ++j) {
     float lane[32] = {};
     for (int t0 = 0; t0 < nb; t0 += 32) {
       const int nbr = std::min(nb - t0, lpr);
-      const uint64_t start = lo + static_cast<uint64_t>(j * row_bytes + int64_t{t0} * kBytes);
-      const uint64_t base = start & ~uint64_t{15};
-      const int words = static_cast<int>((start - base + static_cast<uint64_t>(nbr * kBytes) + 15) >> 4);
-      std::fill(piece.begin(), piece.end(), 0);
-      for (int b = 0; b < 16 * words; ++b)
-        if (base + b >= lo && base + b < hi) p16[b] = *reinterpret_cast<const uint8_t*>(base + b);
+      const StageGeom g = stage_geom(lo + static_cast<uint64_t>(j * row_bytes + int64_t{t0} * kBytes), nbr * kBytes);
+      fill_stage(piece, g, lo, hi);
       for (int h = 0; h < nbr; ++h)
-        lane[h] = fadd(lane[h], lane_term<kType>(p16 + (start - base) + h * kBytes, act16 + (t0 + h) * kLaneActStride));
+        lane[h] = fadd(lane[h],
+                       lane_term<kType>(piece.data() + g.offset + h * kBytes, act16 + (t0 + h) * kLaneActStride));
     }
-    float v[32];
-    for (int i = 0; i < 32; ++i) v[i] = lane[i];
     if (lpr < 32)
-      for (int i = 0; i < lpr; ++i) v[i] = fadd(v[i], 0.0f);
+      for (int i = 0; i < lpr; ++i) lane[i] = fadd(lane[i], 0.0f);
     for (int wdt = lpr / 2; wdt >= 1; wdt >>= 1)
-      for (int i = 0; i < wdt; ++i) v[i] = fadd(v[i], v[i + wdt]);
-    y[j] = v[0];
+      for (int i = 0; i < wdt; ++i) lane[i] = fadd(lane[i], lane[i + wdt]);
+    y[j] = lane[0];
   }
   return true;
 }
