@@ -108,6 +108,8 @@ bool smem_opted_in(const void* func, size_t bytes) {
 
 int context_sm_count() { return CudaContext::instance().info().sm_count; }
 
+size_t context_smem_optin_max() { return CudaContext::instance().info().smem_per_block_optin; }
+
 int context_compute_capability() {
   const DeviceInfo& i = CudaContext::instance().info();
   return 10 * i.cc_major + i.cc_minor;

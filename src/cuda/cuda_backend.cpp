@@ -43,6 +43,7 @@ std::vector<TensorType> matrix_types(int64_t k) {
 
 CudaBackend::CudaBackend() : ctx_(CudaContext::instance()) {
   attn_chunk_ = env_int("MINFER_CUDA_ATTN_CHUNK", 0);  // before anything is allocated; >= 0 (the env table's range)
+  attn_head_slices_ = env_int("MINFER_CUDA_ATTN_HEAD_SLICES", 0);
   flash_attn_ = !env_flag("MINFER_CUDA_NO_FLASH_ATTN");
   check_latched("creating a CUDA backend");
   cudaError_t e = cudaSetDevice(ctx_.info().device);

@@ -145,6 +145,7 @@ class CudaBackend final : public graph::Backend {
   bool graphs_enabled_ = true;
   bool prefill_capture_ = true;
   int64_t attn_chunk_ = 0;  ///< MINFER_CUDA_ATTN_CHUNK: decode attention cells per range (0 = auto)
+  int64_t attn_head_slices_ = 0;  ///< MINFER_CUDA_ATTN_HEAD_SLICES: decode attention blocks per KV head (0 = auto)
   bool flash_attn_ = true;  ///< !MINFER_CUDA_NO_FLASH_ATTN: prefill attention through flash_attn.cuh
   bool capturing_ = false;
   std::map<GraphKey, KeyState> keys_;

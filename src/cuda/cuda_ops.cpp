@@ -212,7 +212,7 @@ size_t CudaBackend::node_scratch_bytes(const Graph& g, const Node& n) const {
     case Op::Attn: {
       const AttnShape s = attn_shape(g, n);
       if (*attn_decode_unsupported(s, src(g, n, 1).type) == '\0')
-        return attn_decode_plan(s, ctx_.info().sm_count, attn_chunk_).scratch_bytes;
+        return attn_decode_plan(s, ctx_.info().sm_count, attn_chunk_, attn_head_slices_).scratch_bytes;
       if (flash_attn_ && flash_attn_preferred(s, src(g, n, 1).type, ctx_.info().sm_count)) return 0;  // prefill: flash, no scratch
       return attn_plan(s, ctx_.info().sm_count).scratch_bytes;
     }
@@ -234,6 +234,7 @@ struct OpArgs {
   uint32_t* fault;
   int sm_count;
   int64_t attn_chunk;  ///< MINFER_CUDA_ATTN_CHUNK (0 = auto)
+  int64_t attn_head_slices;  ///< MINFER_CUDA_ATTN_HEAD_SLICES (0 = auto)
   bool flash_attn;     ///< !MINFER_CUDA_NO_FLASH_ATTN
 
   template <typename T = float>
@@ -349,7 +350,7 @@ void op_attn(const OpArgs& a) {
   const TensorType kv = a.s(1).type;
   // Decode shapes (nt <= 8) take the split-K decode kernels; the plan never depends on nt.
   if (*attn_decode_unsupported(s, kv) == '\0')
-    launched(attn_decode(kv, s, attn_decode_plan(s, a.sm_count, a.attn_chunk), args, a.stream), a);
+    launched(attn_decode(kv, s, attn_decode_plan(s, a.sm_count, a.attn_chunk, a.attn_head_slices), args, a.stream), a);
   else if (a.flash_attn && flash_attn_preferred(s, kv, a.sm_count))  // prefill (nt > 8): flash_attn.cuh
     launched(flash_attn(kv, s, args, a.stream), a);
   else
@@ -604,7 +605,7 @@ void CudaBackend::run_node(const Graph& g, const graph::ExecPlan& plan, NodeId i
   if (const cudaError_t e = take_latched_error(); e != cudaSuccess)
     fail("node {} ({}): a CUDA error was latched before its launch (raised by an earlier call, "
          "not by this node): {}", n.name, graph::op_name(n.op), cuda_error_text(e));
-  fn(OpArgs{g, plan, n, id, stream_, static_cast<uint8_t*>(scratch_), fault_dev_, ctx_.info().sm_count, attn_chunk_, flash_attn_});
+  fn(OpArgs{g, plan, n, id, stream_, static_cast<uint8_t*>(scratch_), fault_dev_, ctx_.info().sm_count, attn_chunk_, attn_head_slices_, flash_attn_});
 }
 
 void CudaBackend::run_direct(const Graph& g, const graph::ExecPlan& plan, size_t begin, size_t end) {

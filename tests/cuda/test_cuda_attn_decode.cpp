@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -172,8 +173,10 @@ TEST(CudaAttnDecode, PlanIsIndependentOfTheTokenCountAndCoversTheWindow) {
                                  " hd " + std::to_string(sh.hd) + " n_kv " + std::to_string(n_kv) +
                                  " chunk " + std::to_string(override_chunk);
         EXPECT_EQ(p1.lanes, sh.lanes) << what;
-        EXPECT_EQ(p1.head_slices, sh.slices) << what;
-        EXPECT_EQ(p1.heads_per_slice, sh.per_slice) << what;
+        // One range (n_kv <= 256): one block per query head; longer windows: the table.
+        const int64_t group = sh.n_head / sh.n_head_kv;
+        EXPECT_EQ(p1.head_slices, n_kv <= 256 ? group : sh.slices) << what;
+        EXPECT_EQ(p1.heads_per_slice, n_kv <= 256 ? 1 : sh.per_slice) << what;
         EXPECT_GE(p1.n_splits, 1) << what;
         EXPECT_LE(p1.n_splits, cuda::kAttnDecodeMaxSplits) << what;
         EXPECT_GE(p1.n_splits * p1.chunk, n_kv) << what;
@@ -181,6 +184,14 @@ TEST(CudaAttnDecode, PlanIsIndependentOfTheTokenCountAndCoversTheWindow) {
         EXPECT_EQ(p1.scratch_bytes == 0, p1.n_splits == 1) << what;
         if (override_chunk == 7 && n_kv <= 7 * cuda::kAttnDecodeMaxSplits) {
           EXPECT_EQ(p1.chunk, 7) << what;
+        }
+        // MINFER_CUDA_ATTN_HEAD_SLICES: at least the default, at most the group, no empty block.
+        for (int64_t want : {2, 3, 64}) {
+          const cuda::AttnDecodePlan o = cuda::attn_decode_plan(s, 132, override_chunk, want);
+          const int64_t target = std::min(std::max(want, sh.slices), group);
+          const int64_t per = (group + target - 1) / target;
+          EXPECT_EQ(o.heads_per_slice, per) << what << " slices " << want;
+          EXPECT_EQ(o.head_slices, (group + per - 1) / per) << what << " slices " << want;
         }
         for (int64_t nt = 2; nt <= cuda::kAttnDecodeMaxTokens; ++nt) {
           s.n_tok = nt;

@@ -124,10 +124,13 @@ TEST(CudaAttnDecodeContexts, WindowsOfAtMost256CellsAreOneRangeAndLongerOnesAreC
     EXPECT_LE(p.chunk, 256) << n_kv;
     EXPECT_GE(p.n_splits * p.chunk, n_kv) << n_kv;
   }
-  // head_dim 256 takes at most 4 heads per block; 128 takes 8.
-  EXPECT_EQ(cuda::attn_decode_plan({1, 16, 1, 256, 256}, 132).heads_per_slice, 4);
-  EXPECT_EQ(cuda::attn_decode_plan({1, 16, 1, 256, 256}, 132).head_slices, 4);
-  EXPECT_EQ(cuda::attn_decode_plan({1, 16, 2, 128, 256}, 132).heads_per_slice, 8);
+  // Past one range, head_dim 256 takes at most 4 heads per block and 128 takes 8; a window of one
+  // range takes one block per query head.
+  EXPECT_EQ(cuda::attn_decode_plan({1, 16, 1, 256, 257}, 132).heads_per_slice, 4);
+  EXPECT_EQ(cuda::attn_decode_plan({1, 16, 1, 256, 257}, 132).head_slices, 4);
+  EXPECT_EQ(cuda::attn_decode_plan({1, 16, 2, 128, 257}, 132).heads_per_slice, 8);
+  EXPECT_EQ(cuda::attn_decode_plan({1, 16, 2, 128, 256}, 132).heads_per_slice, 1);
+  EXPECT_EQ(cuda::attn_decode_plan({1, 16, 2, 128, 256}, 132).head_slices, 8);
   // Windows past 256 * 1024 cells go to the general kernel.
   EXPECT_STREQ(cuda::attn_decode_unsupported({1, 28, 4, 128, 262144}, TensorType::F16), "");
   EXPECT_STRNE(cuda::attn_decode_unsupported({1, 28, 4, 128, 262145}, TensorType::F16), "");

@@ -267,13 +267,13 @@ TEST_P(CudaMatmulFused, refuses_malformed_outputs_without_launching) {
 }
 
 // The decode kernel with one super-block per lane (mmvq_lane.cu, the default for K-quants at n = 1)
-// gives the bits of the direct-load kernels (MINFER_CUDA_MMVQ_LANE=0 against =2, every shape),
+// gives the bits of the direct-load kernels (MINFER_CUDA_MMVQ_LANE=0 against =1),
 // themselves checked against the CPU by CudaMatmul: for 8, 16 and 32 lanes per row (3, 14, 37 and
 // 74 super-blocks: one and several rounds), a row count that leaves the last row group partial,
 // three segments of one launch with a bias on the first and a residual on the second, the SwiGLU
-// launch with a residual, ring depths 2, 3 and 4, and grids of 1 and 3 warps
+// launch with a residual, ring depths 2, 3 and 4, grids of 1, 3 and 5 warps
 // (MINFER_CUDA_MMVQ_LANE_WARPS), where every warp walks many row groups: the ring wraps and the
-// SwiGLU rows waiting for silu are flushed every 32 rows.
+// SwiGLU rows waiting for silu are flushed every 32 rows, and blocks of 1, 4, 8 and 16 warps.
 class CudaMmvqLane : public test::CudaStreamTest<TensorType> {};
 
 TEST_P(CudaMmvqLane, one_super_block_per_lane_gives_the_bits_of_the_direct_kernels) {
@@ -302,14 +302,20 @@ TEST_P(CudaMmvqLane, one_super_block_per_lane_gives_the_bits_of_the_direct_kerne
     DeviceBuffer dq(std::max<size_t>(cuda::quantized_activation_bytes(type, k, 1), 16));
     ASSERT_TRUE(cuda::quantize_activations(type, dx.as<float>(), k, 1, dq.get(), stream_));
     std::vector<std::vector<float>> want;
-    // {MINFER_CUDA_MMVQ_LANE, _STAGES, _WARPS}; LANE=2: every shape, also long Q4_K/Q5_K rows.
-    const char* const modes[][3] = {{"0", "0", "0"}, {"2", "2", "0"}, {"2", "3", "0"}, {"2", "4", "0"},
-                                    {"2", "3", "1"}, {"2", "2", "3"}};
+    // {MINFER_CUDA_MMVQ_LANE, _STAGES, _WARPS, _BLOCK_WARPS}: the direct kernels, then the lane
+    // kernel at every ring depth, with grids of 1, 3 and 5 warps (rings wrap, SwiGLU batches
+    // flush), and blocks of 1, 4 and 16 warps (warps without a row group still copy activations).
+    const char* const modes[][4] = {{"0", "0", "0", "0"}, {"1", "2", "0", "0"}, {"1", "3", "0", "0"},
+                                    {"1", "4", "0", "0"}, {"1", "3", "1", "0"}, {"1", "2", "3", "0"},
+                                    {"1", "3", "0", "4"}, {"1", "2", "0", "16"}, {"1", "3", "5", "1"},
+                                    {"1", "2", "3", "16"}};
     for (const auto& mode : modes) {
-      SCOPED_TRACE(std::string("MINFER_CUDA_MMVQ_LANE=") + mode[0] + " STAGES=" + mode[1] + " WARPS=" + mode[2]);
+      SCOPED_TRACE(std::string("MINFER_CUDA_MMVQ_LANE=") + mode[0] + " STAGES=" + mode[1] + " WARPS=" + mode[2] +
+                   " BLOCK_WARPS=" + mode[3]);
       test::ScopedEnv gate("MINFER_CUDA_MMVQ_LANE", mode[0]);
       test::ScopedEnv depth("MINFER_CUDA_MMVQ_LANE_STAGES", mode[1]);
       test::ScopedEnv grid("MINFER_CUDA_MMVQ_LANE_WARPS", mode[2]);
+      test::ScopedEnv block("MINFER_CUDA_MMVQ_LANE_BLOCK_WARPS", mode[3]);
       const int64_t ms[4] = {m0, m1, m2, m0};
       auto out = [](int64_t m) { return DeviceBuffer(static_cast<size_t>(m + kPad) * 4); };
       DeviceBuffer dy[4] = {out(m0), out(m1), out(m2), out(m0)};

@@ -416,7 +416,8 @@ const char* attn_decode_unsupported(const AttnShape& s, TensorType kv_type) {
   return "";
 }
 
-AttnDecodePlan attn_decode_plan(const AttnShape& s, int sm_count, int64_t chunk_override) {
+AttnDecodePlan attn_decode_plan(const AttnShape& s, int sm_count, int64_t chunk_override,
+                                int64_t head_slices_override) {
   AttnDecodePlan p;
   const int64_t sms = sm_count > 0 ? sm_count : 1;
   const int64_t n_kv = s.n_kv > 0 ? s.n_kv : 1;
@@ -424,7 +425,13 @@ AttnDecodePlan attn_decode_plan(const AttnShape& s, int sm_count, int64_t chunk_
   p.lanes = lanes_for(s.head_dim);
   const int64_t max_heads = max_heads_for(s.head_dim);
   p.head_slices = (group + max_heads - 1) / max_heads;
+  // A window of one range gets one block per query head: with a block per KV head a 7B layer had
+  // 4 blocks (tg128 409 -> 417 t/s with 28; docs/perf/2026-12-01-lane-blocks.md). Longer windows
+  // fill the GPU with ranges instead, and read each K/V row once per KV head.
+  const int64_t want_slices = head_slices_override > 0 ? head_slices_override : n_kv <= kChunkMax ? group : 0;
+  if (want_slices > p.head_slices) p.head_slices = want_slices < group ? want_slices : group;
   p.heads_per_slice = (group + p.head_slices - 1) / p.head_slices;
+  p.head_slices = (group + p.heads_per_slice - 1) / p.heads_per_slice;  // no empty slice
   const int64_t blocks_per_range = (s.n_head_kv > 0 ? s.n_head_kv : 1) * p.head_slices;
   if (n_kv <= kChunkMax) {
     p.chunk = n_kv;  // one range: one launch, no combine

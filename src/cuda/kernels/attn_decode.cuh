@@ -47,7 +47,7 @@ struct AttnDecodePlan {
   int64_t n_splits = 1;
   int64_t chunk = 0;          ///< cells per range, <= 256 (the last range may be shorter, never empty)
   int lanes = 0;              ///< L: lanes per cell (4, 8, 16, 32)
-  int64_t head_slices = 1;    ///< blocks per KV head per range (ceil(group / max heads))
+  int64_t head_slices = 1;    ///< blocks per KV head per range (see attn_decode_plan)
   int64_t heads_per_slice = 1;
   size_t scratch_bytes = 0;   ///< partials for the combine (0 when n_splits == 1)
 };
@@ -60,8 +60,12 @@ const char* attn_decode_unsupported(const AttnShape& s, TensorType kv_type);
 
 /// The plan for `s` on a device with `sm_count` SMs (pure; independent of s.n_tok).
 /// `chunk_override` > 0 forces the cells per range (MINFER_CUDA_ATTN_CHUNK, for tuning; clamped
-/// to [ceil(n_kv / kAttnDecodeMaxSplits), 256]).
-AttnDecodePlan attn_decode_plan(const AttnShape& s, int sm_count, int64_t chunk_override = 0);
+/// to [ceil(n_kv / kAttnDecodeMaxSplits), 256]). A window of at most 256 cells takes one range and
+/// one block per query head; longer ones take ceil(group / max heads) blocks per KV head.
+/// `head_slices_override` > 0 asks for that many blocks per KV head (MINFER_CUDA_ATTN_HEAD_SLICES;
+/// at least the default, at most the GQA group; rounded so that no block is empty).
+AttnDecodePlan attn_decode_plan(const AttnShape& s, int sm_count, int64_t chunk_override = 0,
+                                int64_t head_slices_override = 0);
 
 /// Runs the decode kernels (split, then combine when plan.n_splits > 1). The K and V regions
 /// must be 16-byte aligned (pool buffers are 256-byte aligned); `a.scratch` holds

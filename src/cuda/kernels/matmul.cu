@@ -89,7 +89,7 @@ bool latched(const char* site) {
 }
 
 /// The K-quant MMVQ: for one token column the one-super-block-per-lane kernel (mmvq_lane.cu) where
-/// it applies (MINFER_CUDA_MMVQ_LANE: 0 never, 2 also for long Q4_K/Q5_K rows); else the direct-load
+/// it applies (MINFER_CUDA_MMVQ_LANE=0: never); else the direct-load
 /// kernels where they apply (Q4_K/Q5_K with 16-byte aligned weights, mmvq_kquants_direct.cu; Q6_K
 /// rows of up to 4096 elements, mmvq_q6k_direct.cu), else the shared-memory staged one.
 /// MINFER_CUDA_MMVQ_STAGED=1 forces the staged kernel for all three types; MINFER_CUDA_MMVQ_Q6K=0
@@ -100,7 +100,8 @@ bool launch_kquant(TensorType type, const mm::MmvqBatch& b, const mm::Q8KView& a
     bool ok = true;
     if (const int64_t lane = env_int("MINFER_CUDA_MMVQ_LANE", 1); b.n == 1 && lane != 0) {
       ok = mm::launch_mmvq_lane(type, b, acts, stream, static_cast<int>(env_int("MINFER_CUDA_MMVQ_LANE_STAGES", 0)),
-                                lane == 2, env_int("MINFER_CUDA_MMVQ_LANE_WARPS", 0), &launched);
+                                static_cast<int>(env_int("MINFER_CUDA_MMVQ_LANE_BLOCK_WARPS", 0)),
+                                env_int("MINFER_CUDA_MMVQ_LANE_WARPS", 0), &launched);
       if (launched) return ok;
     }
     if (type != TensorType::Q6_K) {

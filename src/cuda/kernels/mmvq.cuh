@@ -106,18 +106,19 @@ bool launch_mmvq_q6k_direct(const MmvqBatch& b, const Q8KView& acts, cudaStream_
                             bool* launched);
 /// The decode MMVQ with one super-block per lane (mmvq_lane.cu): Q4_K, Q5_K, Q6_K, n = 1, every
 /// segment's weights 16-byte aligned (acts.qs and acts.bsums 16-byte, acts.d 4-byte aligned); with
-/// glu, rows of at most 16 super-blocks; Q4_K/Q5_K rows of at most 32 super-blocks unless
-/// every_shape (longer ones are faster on the direct kernel). `stages`: shared-memory ring depth per
-/// warp (2..4, else the per-type default; the deepest that fits is taken, down to 2). max_warps > 0
-/// caps the grid's warps (tests: every warp then walks many row groups). Sets *launched to false
-/// (and returns true) when it does not apply or its shared memory does not fit, so the caller falls
-/// back; otherwise returns the launch's result. Same results, bit for bit, as launch_mmvq_kquant.
+/// glu, rows of at most 16 super-blocks. `stages`: shared-memory ring depth per warp (2..4, else the
+/// per-type default; the deepest that fits is taken, down to 2). `block_warps`: warps per block
+/// (1..16; 0 = the measured default, 16 for rows of more than 16 super-blocks, else 8; fewer when
+/// shared memory is short). max_warps > 0 caps the grid's warps (tests: every warp then walks many
+/// row groups). Sets *launched to false (and returns true) when it does not apply or its shared
+/// memory does not fit, so the caller falls back; otherwise returns the launch's result. Same
+/// results, bit for bit, as launch_mmvq_kquant.
 /// Two requirements beyond the other MMVQ kernels: the weights must not be written by the
 /// previous kernel in the stream (they are read before griddepcontrol.wait, see launch.cuh), and,
 /// as for the direct Q6_K kernel, acts.bsums must be the sums of acts.qs that quantize_activations
 /// writes (the Q6_K -32 offset is taken through them).
 bool launch_mmvq_lane(TensorType type, const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, int stages,
-                      bool every_shape, int64_t max_warps, bool* launched);
+                      int block_warps, int64_t max_warps, bool* launched);
 /// The lane kernel's instantiations, each opted in to the device's largest per-block shared memory
 /// (bytes = 0 in the list): their use depends on the row length and the ring depth.
 std::span<const SmemOptin> mmvq_lane_smem_optins();

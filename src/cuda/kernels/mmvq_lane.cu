@@ -19,15 +19,19 @@
 // 7B Q4_K_M token slower: the kernel then fills the register file and the next kernels of the
 // layer can no longer start beside it under PDL; docs/perf/2026-12-01-mmvq-lane.md.)
 //
-// Grid. At most as many warps as fit on the GPU at once: with g = ceil(row groups / warps that
-// fit), warp w takes the contiguous run of groups [w g, w g + g), so only the last warp's run is
-// shorter. (Just past a multiple of what fits, this launches about half the warps that fit: same
-// longest run, fewer bytes in flight. Splitting as [w n / W, (w + 1) n / W) would not; it is left
-// for a session with device time to check it.)
+// Grid. Blocks of 16 warps for rows of more than 16 super-blocks and 8 otherwise (fewer when the
+// ring and the activations would not fit one block's shared memory), and at most as many warps as
+// fit on the GPU at once: with g = ceil(row groups / warps that fit), warp w takes the contiguous
+// run of groups [w g, w g + g), so only the last warp's run is shorter. Large blocks copy the
+// activations once for more warps, which leaves more shared memory to the rings: the 7B ffn_down
+// (74 super-blocks a row) went from 24.8 to 20.6 us (Q6_K) when its blocks grew from 4 to 16 warps.
+// Splitting the groups as [w n / W, (w + 1) n / W) instead, which launches every warp that fits,
+// was slower end to end (docs/perf/2026-12-01-lane-blocks.md).
 #include <cuda_runtime.h>
 
 #include <map>
 #include <mutex>
+#include <tuple>
 #include <utility>
 
 #include "cuda/kernels/launch.cuh"
@@ -41,7 +45,7 @@
 namespace minfer::cuda::mm {
 namespace {
 
-constexpr int kWarps = 4;  // warps per block
+constexpr int kMaxWarps = 16;  // warps per block at most (the launcher picks 1..16)
 
 /// Chunk geometry of type kType with kLpr lanes per row.
 template <TensorType kType, int kLpr>
@@ -102,16 +106,17 @@ struct ChunkPos {
 };
 
 template <TensorType kType, int kLpr, bool kGlu>
-__global__ void __launch_bounds__(kWarps * 32)
+__global__ void __launch_bounds__(kMaxWarps * 32)
     mmvq_lane_kernel(const MmvqBatch b, const Q8KView acts, int64_t n_groups, int64_t groups_per_warp, int stages) {
   using G = LaneGeom<kType, kLpr>;
   extern __shared__ __align__(16) uint8_t smem[];
   const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
+  const int bw = static_cast<int>(blockDim.x >> 5);  // warps per block
   const int nb = static_cast<int>(b.k / 256);
   const int rounds = kLpr == 32 ? (nb + 31) / 32 : 1;
   uint8_t* ring = smem + static_cast<size_t>(warp) * stages * G::kStage;
-  uint8_t* act = smem + static_cast<size_t>(kWarps) * stages * G::kStage;
-  const int64_t wg = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  uint8_t* act = smem + static_cast<size_t>(bw) * stages * G::kStage;
+  const int64_t wg = static_cast<int64_t>(blockIdx.x) * bw + warp;
   const int64_t g_begin = wg * groups_per_warp;
   const int64_t g_end = g_begin + groups_per_warp < n_groups ? g_begin + groups_per_warp : n_groups;
   const int n_chunks = g_end > g_begin ? static_cast<int>(g_end - g_begin) * rounds : 0;
@@ -154,7 +159,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 #endif
   const int j = lane / kLpr, h = lane % kLpr;
   // The activations: 16 qs words, 2 bsums words and d per super-block, copied once per block.
-  for (int i = static_cast<int>(threadIdx.x); i < nb * 19; i += kWarps * 32) {
+  for (int i = static_cast<int>(threadIdx.x); i < nb * 19; i += bw * 32) {
     const int t = i / 19, part = i - 19 * t;
     uint8_t* dst = act + t * kLaneActStride + 16 * part;
     if (part < 16)
@@ -235,14 +240,14 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 /// Blocks of `func` with `smem` bytes of dynamic shared memory that fit on one SM (cached).
-int blocks_per_sm(const void* func, size_t smem) {
+int blocks_per_sm(const void* func, size_t smem, int bw) {
   static std::mutex mu;
-  static std::map<std::pair<const void*, size_t>, int> cache;
+  static std::map<std::tuple<const void*, size_t, int>, int> cache;
   std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_pair(func, smem);
+  const auto key = std::make_tuple(func, smem, bw);
   if (auto it = cache.find(key); it != cache.end()) return it->second;
   int n = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, reinterpret_cast<const void*>(func), kWarps * 32, smem) !=
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, reinterpret_cast<const void*>(func), bw * 32, smem) !=
       cudaSuccess) {
     cudaGetLastError();  // this query's own error (launch_kquant runs after the latched-error check)
     return 0;            // not cached: the next launch asks again
@@ -252,8 +257,8 @@ int blocks_per_sm(const void* func, size_t smem) {
 }
 
 template <TensorType kType, int kLpr, bool kGlu>
-bool launch_lpr(const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, int stages, int64_t max_warps,
-                const char* site, bool* launched) {
+bool launch_lpr(const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, int stages, int block_warps,
+                int64_t max_warps, const char* site, bool* launched) {
   using G = LaneGeom<kType, kLpr>;
   const auto func = mmvq_lane_kernel<kType, kLpr, kGlu>;
   const int64_t nb = b.k / 256;
@@ -261,35 +266,43 @@ bool launch_lpr(const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, in
   const int64_t per_group = kGlu ? G::kRows / 2 : G::kRows;
   const int64_t n_groups = (rows + per_group - 1) / per_group;
   // The deepest ring (from `stages` down to 2) whose shared memory was opted in and fits an SM.
+  // Warps per block: by default 16 for long rows (their activation copy is up to 22.5 KiB per
+  // block, and a block of 16 warps pays it once for all of them) and 8 for the others (measured:
+  // docs/perf/2026-12-01-lane-blocks.md).
+  const int want_bw = block_warps >= 1 ? (block_warps < kMaxWarps ? block_warps : kMaxWarps) : kLpr == 32 ? 16 : 8;
+  const size_t act_bytes = static_cast<size_t>(nb) * kLaneActStride;
   for (int s = stages; s >= 2; --s) {
-    const size_t smem = static_cast<size_t>(kWarps) * s * G::kStage + static_cast<size_t>(nb) * kLaneActStride;
+    int bw = want_bw;
+    const size_t smem_max = context_smem_optin_max();
+    while (bw > 1 && static_cast<size_t>(bw) * s * G::kStage + act_bytes > smem_max) --bw;
+    const size_t smem = static_cast<size_t>(bw) * s * G::kStage + act_bytes;
     if (!smem_opted_in(reinterpret_cast<const void*>(func), smem)) continue;
-    const int per_sm = blocks_per_sm(reinterpret_cast<const void*>(func), smem);
+    const int per_sm = blocks_per_sm(reinterpret_cast<const void*>(func), smem, bw);
     if (per_sm < 1) continue;
-    int64_t fit = static_cast<int64_t>(per_sm) * context_sm_count() * kWarps;
+    int64_t fit = static_cast<int64_t>(per_sm) * context_sm_count() * bw;
     if (max_warps > 0 && fit > max_warps) fit = max_warps;
     const int64_t gpw = (n_groups + fit - 1) / fit;  // groups per warp
     const int64_t warps = (n_groups + gpw - 1) / gpw;
-    const auto blocks = static_cast<unsigned>((warps + kWarps - 1) / kWarps);
+    const auto blocks = static_cast<unsigned>((warps + bw - 1) / bw);
     *launched = true;
-    launch_pdl(func, dim3(blocks), dim3(kWarps * 32), smem, stream, b, acts, n_groups, gpw, s);
+    launch_pdl(func, dim3(blocks), dim3(bw * 32), smem, stream, b, acts, n_groups, gpw, s);
     return MINFER_LAUNCH_CHECK(site);
   }
   return true;  // nothing fits: *launched stays false
 }
 
 template <TensorType kType>
-bool launch_type(const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, int stages, int64_t max_warps,
-                 const char* const (&sites)[2], bool* launched) {
+bool launch_type(const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, int stages, int block_warps,
+                 int64_t max_warps, const char* const (&sites)[2], bool* launched) {
   const int64_t nb = b.k / 256;
   if (b.glu) {
-    if (nb <= 8) return launch_lpr<kType, 8, true>(b, acts, stream, stages, max_warps, sites[1], launched);
-    if (nb <= 16) return launch_lpr<kType, 16, true>(b, acts, stream, stages, max_warps, sites[1], launched);
+    if (nb <= 8) return launch_lpr<kType, 8, true>(b, acts, stream, stages, block_warps, max_warps, sites[1], launched);
+    if (nb <= 16) return launch_lpr<kType, 16, true>(b, acts, stream, stages, block_warps, max_warps, sites[1], launched);
     return true;  // a gate/up pair of longer rows would not fit one chunk: the direct kernels
   }
-  if (nb <= 8) return launch_lpr<kType, 8, false>(b, acts, stream, stages, max_warps, sites[0], launched);
-  if (nb <= 16) return launch_lpr<kType, 16, false>(b, acts, stream, stages, max_warps, sites[0], launched);
-  return launch_lpr<kType, 32, false>(b, acts, stream, stages, max_warps, sites[0], launched);
+  if (nb <= 8) return launch_lpr<kType, 8, false>(b, acts, stream, stages, block_warps, max_warps, sites[0], launched);
+  if (nb <= 16) return launch_lpr<kType, 16, false>(b, acts, stream, stages, block_warps, max_warps, sites[0], launched);
+  return launch_lpr<kType, 32, false>(b, acts, stream, stages, block_warps, max_warps, sites[0], launched);
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
@@ -302,7 +315,7 @@ SmemOptin optin(const char* site) {
 }  // namespace
 
 bool launch_mmvq_lane(TensorType type, const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, int stages,
-                      bool every_shape, int64_t max_warps, bool* launched) {
+                      int block_warps, int64_t max_warps, bool* launched) {
   static const char* const kQ4[2] = {"mmvq_lane_q4_K", "mmvq_lane_glu_q4_K"};
   static const char* const kQ5[2] = {"mmvq_lane_q5_K", "mmvq_lane_glu_q5_K"};
   static const char* const kQ6[2] = {"mmvq_lane_q6_K", "mmvq_lane_glu_q6_K"};
@@ -317,13 +330,10 @@ bool launch_mmvq_lane(TensorType type, const MmvqBatch& b, const Q8KView& acts, 
   // Ring depth: Q6_K blocks are 46% larger, and 2 stages leave room for more warps per SM
   // (measured: docs/perf/2026-12-01-mmvq-lane.md); 3 for Q4_K/Q5_K.
   if (stages < 2 || stages > 4) stages = type == TensorType::Q6_K ? 2 : 3;
-  // Q4_K/Q5_K rows of more than 32 super-blocks (a 7B ffn_down) stay on the direct kernel, which
-  // is faster there, unless every_shape (A/B).
-  if (type != TensorType::Q6_K && b.k > 32 * 256 && !every_shape) return true;
   switch (type) {
-    case TensorType::Q4_K: return launch_type<TensorType::Q4_K>(b, acts, stream, stages, max_warps, kQ4, launched);
-    case TensorType::Q5_K: return launch_type<TensorType::Q5_K>(b, acts, stream, stages, max_warps, kQ5, launched);
-    default: return launch_type<TensorType::Q6_K>(b, acts, stream, stages, max_warps, kQ6, launched);
+    case TensorType::Q4_K: return launch_type<TensorType::Q4_K>(b, acts, stream, stages, block_warps, max_warps, kQ4, launched);
+    case TensorType::Q5_K: return launch_type<TensorType::Q5_K>(b, acts, stream, stages, block_warps, max_warps, kQ5, launched);
+    default: return launch_type<TensorType::Q6_K>(b, acts, stream, stages, block_warps, max_warps, kQ6, launched);
   }
 }
 

@@ -31,6 +31,10 @@ bool smem_opted_in(const void* func, size_t bytes);
 /// the backend (matmul.cu's f16 GEMM plans).
 int context_sm_count();
 
+/// Largest dynamic shared memory one block may opt in to on the context's device, in bytes
+/// (cudaDevAttrMaxSharedMemoryPerBlockOptin; 232448 on an H200).
+size_t context_smem_optin_max();
+
 /// Compute capability of the context's device as 10 major + minor (90 for an H200).
 int context_compute_capability();
 
