@@ -416,6 +416,16 @@ bool f16_products(const OpArgs& a, TensorType t, int64_t k, const MatmulOut* out
   return true;
 }
 
+/// One token column: the K-quant products `outs` straight from the f32 x where the lane kernel
+/// serves them (it quantizes x itself: no quantize launch). True when that launch ran.
+bool products_from_f32(const OpArgs& a, TensorType t, int64_t k, const MatmulOut* outs, int n_outs, const float* x,
+                       int64_t n) {
+  if (n != 1) return false;
+  bool ran = false;
+  launched(matmul_fused_from_f32(t, k, outs, n_outs, x, a.stream, &ran), a);
+  return ran;
+}
+
 MatmulOut out_of(const void* w, int64_t m, float* y, const float* residual) {
   MatmulOut o;
   o.w = w;
@@ -430,8 +440,9 @@ MatmulOut out_of(const void* w, int64_t m, float* y, const float* residual) {
 void op_matmul(const OpArgs& a) {
   const int64_t k = a.s(0).ne[0], n = a.s(1).n_elements() / k;
   size_t cursor = 0;
-  const void* qx = quantize_into(a, a.s(0).type, a.in(1), k, n, &cursor);
   const MatmulOut o = out_of(a.in<void>(0), a.s(0).ne[1], a.out(), nullptr);
+  if (products_from_f32(a, a.s(0).type, k, &o, 1, a.in(1), n)) return;
+  const void* qx = quantize_into(a, a.s(0).type, a.in(1), k, n, &cursor);
   if (f16_products(a, a.s(0).type, k, &o, 1, qx, n, cursor)) return;
   matmul_into(a, 0, a.in(1), qx, n, a.out(), a.s(0).ne[1]);
 }
@@ -455,8 +466,9 @@ void op_matmul_add(const OpArgs& a) {
   const TensorType t = a.s(0).type;
   const int64_t k = a.s(0).ne[0], m = a.s(0).ne[1], n = a.s(1).n_elements() / k;
   size_t cursor = 0;
-  const void* qx = quantize_into(a, t, a.in(1), k, n, &cursor);
   const MatmulOut o = out_of(a.in<void>(0), m, a.out(), a.in(2));
+  if (products_from_f32(a, t, k, &o, 1, a.in(1), n)) return;
+  const void* qx = quantize_into(a, t, a.in(1), k, n, &cursor);
   if (f16_products(a, t, k, &o, 1, qx, n, cursor)) return;
   if (matmul_fused_serves(t, k, &o, 1, n)) {
     launched(matmul_fused(t, k, &o, 1, qx, n, a.stream), a);
@@ -554,8 +566,9 @@ void op_fused_ffn(const OpArgs& a) {
     }
     launched(swiglu(gate, up, gate, ff * n, a.stream), a);
   }
-  const void* qh = quantize_into(a, td, gate, ff, n, &cursor);
   const MatmulOut o = out_of(a.in<void>(3), m, a.out(), res);
+  if (products_from_f32(a, td, ff, &o, 1, gate, n)) return;
+  const void* qh = quantize_into(a, td, gate, ff, n, &cursor);
   if (f16_products(a, td, ff, &o, 1, qh, n, cursor)) return;
   if (res != nullptr && matmul_fused_serves(td, ff, &o, 1, n)) {
     launched(matmul_fused(td, ff, &o, 1, qh, n, a.stream), a);

@@ -273,7 +273,8 @@ TEST_P(CudaMatmulFused, refuses_malformed_outputs_without_launching) {
 // three segments of one launch with a bias on the first and a residual on the second, the SwiGLU
 // launch with a residual, ring depths 2, 3 and 4, grids of 1, 3 and 5 warps
 // (MINFER_CUDA_MMVQ_LANE_WARPS), where every warp walks many row groups: the ring wraps and the
-// SwiGLU rows waiting for silu are flushed every 32 rows, and blocks of 1, 4, 8 and 16 warps.
+// SwiGLU rows waiting for silu are flushed every 32 rows, and blocks of 1, 4, 8 and 16 warps; the
+// three segments also straight from f32 x (matmul_fused_from_f32: the kernel quantizes x).
 class CudaMmvqLane : public test::CudaStreamTest<TensorType> {};
 
 TEST_P(CudaMmvqLane, one_super_block_per_lane_gives_the_bits_of_the_direct_kernels) {
@@ -342,6 +343,9 @@ TEST_P(CudaMmvqLane, one_super_block_per_lane_gives_the_bits_of_the_direct_kerne
         dy[i].download(got[static_cast<size_t>(i)].data(), got[static_cast<size_t>(i)].size() * 4);
       }
       if (want.empty()) {  // the direct kernels are the reference
+        bool ran = true;  // and with MINFER_CUDA_MMVQ_LANE=0 the f32 entry declines, launching nothing
+        ASSERT_TRUE(cuda::matmul_fused_from_f32(type, k, o, 3, dx.as<float>(), stream_, &ran));
+        EXPECT_FALSE(ran);
         for (int i = 0; i < 4; ++i)
           want.emplace_back(got[static_cast<size_t>(i)].begin(), got[static_cast<size_t>(i)].begin() + ms[i]);
         continue;
@@ -349,6 +353,17 @@ TEST_P(CudaMmvqLane, one_super_block_per_lane_gives_the_bits_of_the_direct_kerne
       const char* what[4] = {"segment 0 (bias)", "segment 1 (residual)", "segment 2", "SwiGLU + residual"};
       for (int i = 0; i < 4; ++i)
         EXPECT_TRUE(outputs_equal(got[static_cast<size_t>(i)], want[static_cast<size_t>(i)], ms[i], 1)) << what[i];
+      // The three segments again straight from the f32 x: each block quantizes x itself.
+      for (int i = 0; i < 3; ++i) dy[i].fill(0xFF);
+      bool ran = false;
+      ASSERT_TRUE(cuda::matmul_fused_from_f32(type, k, o, 3, dx.as<float>(), stream_, &ran));
+      EXPECT_TRUE(ran) << "the lane kernel did not take the f32 activations";
+      ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+      for (int i = 0; i < 3; ++i) {
+        dy[i].download(got[static_cast<size_t>(i)].data(), got[static_cast<size_t>(i)].size() * 4);
+        EXPECT_TRUE(outputs_equal(got[static_cast<size_t>(i)], want[static_cast<size_t>(i)], ms[i], 1))
+            << what[i] << ", from f32 x";
+      }
     }
   }
 }

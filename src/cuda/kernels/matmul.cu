@@ -88,6 +88,14 @@ bool latched(const char* site) {
   return true;
 }
 
+/// The lane kernel (mmvq_lane.cu) with the tuning the environment asks for.
+bool launch_lane(TensorType type, const mm::MmvqBatch& b, const mm::Q8KView& acts, const float* xf, cudaStream_t stream,
+                 bool* launched) {
+  return mm::launch_mmvq_lane(type, b, acts, xf, stream, static_cast<int>(env_int("MINFER_CUDA_MMVQ_LANE_STAGES", 0)),
+                              static_cast<int>(env_int("MINFER_CUDA_MMVQ_LANE_BLOCK_WARPS", 0)),
+                              env_int("MINFER_CUDA_MMVQ_LANE_WARPS", 0), launched);
+}
+
 /// The K-quant MMVQ: for one token column the one-super-block-per-lane kernel (mmvq_lane.cu) where
 /// it applies (MINFER_CUDA_MMVQ_LANE=0: never); else the direct-load
 /// kernels where they apply (Q4_K/Q5_K with 16-byte aligned weights, mmvq_kquants_direct.cu; Q6_K
@@ -99,9 +107,7 @@ bool launch_kquant(TensorType type, const mm::MmvqBatch& b, const mm::Q8KView& a
     bool launched = false;
     bool ok = true;
     if (const int64_t lane = env_int("MINFER_CUDA_MMVQ_LANE", 1); b.n == 1 && lane != 0) {
-      ok = mm::launch_mmvq_lane(type, b, acts, stream, static_cast<int>(env_int("MINFER_CUDA_MMVQ_LANE_STAGES", 0)),
-                                static_cast<int>(env_int("MINFER_CUDA_MMVQ_LANE_BLOCK_WARPS", 0)),
-                                env_int("MINFER_CUDA_MMVQ_LANE_WARPS", 0), &launched);
+      ok = launch_lane(type, b, acts, nullptr, stream, &launched);
       if (launched) return ok;
     }
     if (type != TensorType::Q6_K) {
@@ -278,6 +284,24 @@ bool matmul_fused(TensorType type, int64_t k, const MatmulOut* outs, int n_outs,
   if (!fused_args_ok(type, k, qx, n, &b)) return bad_args("matmul_fused_bad_args");
   if (latched("latched_before_matmul")) return false;
   return launch_batch(type, b, qx, stream);
+}
+
+bool matmul_fused_from_f32(TensorType type, int64_t k, const MatmulOut* outs, int n_outs, const float* x,
+                           cudaStream_t stream, bool* launched) {
+  *launched = false;
+  ActKind kind;
+  if (!mm::act_kind_for(type, &kind) || kind != ActKind::Q8K || env_int("MINFER_CUDA_MMVQ_LANE", 1) == 0 ||
+      env_int("MINFER_CUDA_MMVQ_LANE_QUANTIZE", 1) == 0 || env_flag("MINFER_CUDA_MMVQ_STAGED"))
+    return true;
+  if (outs == nullptr || n_outs < 1 || n_outs > mm::kMmvqMaxSegments || x == nullptr) return true;
+  mm::MmvqBatch b;
+  b.n_seg = n_outs;
+  for (int s = 0; s < n_outs; ++s)
+    b.seg[s] = {outs[s].w, outs[s].m, outs[s].y, outs[s].ldy, outs[s].bias, outs[s].residual, outs[s].ldr};
+  if (!fused_args_ok(type, k, x, 1, &b)) return true;  // the caller's quantize + matmul_fused path decides
+  if (latched("latched_before_matmul")) return false;
+  const mm::Q8KView none{nullptr, nullptr, nullptr, k, k / 256};
+  return launch_lane(type, b, none, x, stream, launched);
 }
 
 bool matmul_swiglu(TensorType type, int64_t k, int64_t m, const void* w_gate, const void* w_up, const void* qx,

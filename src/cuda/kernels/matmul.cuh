@@ -94,6 +94,15 @@ bool matmul_fused_serves(TensorType type, int64_t k, const MatmulOut* outs, int 
 bool matmul_fused(TensorType type, int64_t k, const MatmulOut* outs, int n_outs, const void* qx, int64_t n,
                   cudaStream_t stream);
 
+/// matmul_fused for one token column straight from the f32 activations x [k] (16-byte aligned),
+/// where the one-super-block-per-lane kernel serves the outputs (Q4_K/Q5_K/Q6_K, mmvq_lane.cu):
+/// each of its blocks quantizes x itself with quantize_activations' arithmetic, so the outputs are
+/// the bits matmul_fused gives and the quantize launch is saved. Sets *launched and returns the
+/// launch's result when it ran; otherwise *launched is false, nothing ran and the result is true
+/// (the caller quantizes and calls matmul_fused). MINFER_CUDA_MMVQ_LANE_QUANTIZE=0 turns it off (A/B).
+bool matmul_fused_from_f32(TensorType type, int64_t k, const MatmulOut* outs, int n_outs, const float* x,
+                           cudaStream_t stream, bool* launched);
+
 /// y[j + t * ldy] = residual[j + t * ldr] + silu(Wg_j . x_t) * (Wu_j . x_t), j < m, in ONE launch
 /// (a warp computes gate row j and up row j); the residual add only when `residual` is set.
 /// silu is the CPU's (x / (1 + exp(-x)), exp correctly rounded), so the result is bitwise the

@@ -117,8 +117,11 @@ bool launch_mmvq_q6k_direct(const MmvqBatch& b, const Q8KView& acts, cudaStream_
 /// previous kernel in the stream (they are read before griddepcontrol.wait, see launch.cuh), and,
 /// as for the direct Q6_K kernel, acts.bsums must be the sums of acts.qs that quantize_activations
 /// writes (the Q6_K -32 offset is taken through them).
-bool launch_mmvq_lane(TensorType type, const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, int stages,
-                      int block_warps, int64_t max_warps, bool* launched);
+/// With `xf` set (f32 activations [k], 16-byte aligned, written by an earlier kernel) `acts` is not
+/// read: each block quantizes xf itself, with the arithmetic of quantize_activations (Q8K), so the
+/// results are the same bits and the quantize launch is saved.
+bool launch_mmvq_lane(TensorType type, const MmvqBatch& b, const Q8KView& acts, const float* xf, cudaStream_t stream,
+                      int stages, int block_warps, int64_t max_warps, bool* launched);
 /// The lane kernel's instantiations, each opted in to the device's largest per-block shared memory
 /// (bytes = 0 in the list): their use depends on the row length and the ring depth.
 std::span<const SmemOptin> mmvq_lane_smem_optins();

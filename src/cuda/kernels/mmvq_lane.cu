@@ -40,6 +40,7 @@
 #include "cuda/kernels/mmvq_common.cuh"
 #include "cuda/kernels/mmvq_lane.cuh"
 #include "cuda/kernels/ptx.cuh"
+#include "cuda/kernels/quantize_blocks.cuh"
 #include "cuda/kernels/smem_optin.cuh"
 
 namespace minfer::cuda::mm {
@@ -107,7 +108,8 @@ struct ChunkPos {
 
 template <TensorType kType, int kLpr, bool kGlu>
 __global__ void __launch_bounds__(kMaxWarps * 32)
-    mmvq_lane_kernel(const MmvqBatch b, const Q8KView acts, int64_t n_groups, int64_t groups_per_warp, int stages) {
+    mmvq_lane_kernel(const MmvqBatch b, const Q8KView acts, const float* __restrict__ xf, int64_t n_groups,
+                     int64_t groups_per_warp, int stages) {
   using G = LaneGeom<kType, kLpr>;
   extern __shared__ __align__(16) uint8_t smem[];
   const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
@@ -158,17 +160,47 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
   const int j = lane / kLpr, h = lane % kLpr;
-  // The activations: 16 qs words, 2 bsums words and d per super-block, copied once per block.
-  for (int i = static_cast<int>(threadIdx.x); i < nb * 19; i += bw * 32) {
-    const int t = i / 19, part = i - 19 * t;
-    uint8_t* dst = act + t * kLaneActStride + 16 * part;
-    if (part < 16)
-      cp_async16(dst, acts.qs + static_cast<int64_t>(t) * 256 + 16 * part, 16);
-    else if (part < 18)
-      cp_async16(dst, reinterpret_cast<const uint8_t*>(acts.bsums) + static_cast<int64_t>(t) * 32 + 16 * (part - 16),
-                 16);
-    else
-      cp_async4(dst, acts.d + t, 4);
+  if (xf != nullptr) {
+    // f32 activations: each block quantizes them itself (quantize_q8k_values, the bits the
+    // quantize_activations launch would write), warp w taking super-blocks w, w + bw, ...; the
+    // loads of up to kPre super-blocks are in flight together.
+    constexpr int kPre = 4;
+    for (int t0 = warp; t0 < nb; t0 += bw * kPre) {
+      float v[kPre][8];
+#pragma unroll
+      for (int p = 0; p < kPre; ++p) {
+        const int t = t0 + p * bw;
+        if (t < nb) {
+          const float4* src = reinterpret_cast<const float4*>(xf + static_cast<int64_t>(t) * 256 + lane * 8);
+          const float4 lo = src[0], hi = src[1];
+          v[p][0] = lo.x, v[p][1] = lo.y, v[p][2] = lo.z, v[p][3] = lo.w;
+          v[p][4] = hi.x, v[p][5] = hi.y, v[p][6] = hi.z, v[p][7] = hi.w;
+        }
+      }
+#pragma unroll
+      for (int p = 0; p < kPre; ++p) {
+        const int t = t0 + p * bw;
+        if (t < nb) {
+          uint8_t* dst = act + t * kLaneActStride;
+          quantize_q8k_values(v[p], lane, reinterpret_cast<int8_t*>(dst),
+                              reinterpret_cast<int16_t*>(dst + kLaneActBsums), reinterpret_cast<float*>(dst + kLaneActD));
+        }
+      }
+    }
+  } else {
+    // The quantized activations: 16 qs words, 2 bsums words and d per super-block, copied once
+    // per block.
+    for (int i = static_cast<int>(threadIdx.x); i < nb * 19; i += bw * 32) {
+      const int t = i / 19, part = i - 19 * t;
+      uint8_t* dst = act + t * kLaneActStride + 16 * part;
+      if (part < 16)
+        cp_async16(dst, acts.qs + static_cast<int64_t>(t) * 256 + 16 * part, 16);
+      else if (part < 18)
+        cp_async16(dst, reinterpret_cast<const uint8_t*>(acts.bsums) + static_cast<int64_t>(t) * 32 + 16 * (part - 16),
+                   16);
+      else
+        cp_async4(dst, acts.d + t, 4);
+    }
   }
   cp_async_commit();
   cp_async_wait_all();
@@ -257,8 +289,8 @@ int blocks_per_sm(const void* func, size_t smem, int bw) {
 }
 
 template <TensorType kType, int kLpr, bool kGlu>
-bool launch_lpr(const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, int stages, int block_warps,
-                int64_t max_warps, const char* site, bool* launched) {
+bool launch_lpr(const MmvqBatch& b, const Q8KView& acts, const float* xf, cudaStream_t stream, int stages,
+                int block_warps, int64_t max_warps, const char* site, bool* launched) {
   using G = LaneGeom<kType, kLpr>;
   const auto func = mmvq_lane_kernel<kType, kLpr, kGlu>;
   const int64_t nb = b.k / 256;
@@ -285,24 +317,24 @@ bool launch_lpr(const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, in
     const int64_t warps = (n_groups + gpw - 1) / gpw;
     const auto blocks = static_cast<unsigned>((warps + bw - 1) / bw);
     *launched = true;
-    launch_pdl(func, dim3(blocks), dim3(bw * 32), smem, stream, b, acts, n_groups, gpw, s);
+    launch_pdl(func, dim3(blocks), dim3(bw * 32), smem, stream, b, acts, xf, n_groups, gpw, s);
     return MINFER_LAUNCH_CHECK(site);
   }
   return true;  // nothing fits: *launched stays false
 }
 
 template <TensorType kType>
-bool launch_type(const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, int stages, int block_warps,
-                 int64_t max_warps, const char* const (&sites)[2], bool* launched) {
+bool launch_type(const MmvqBatch& b, const Q8KView& acts, const float* xf, cudaStream_t stream, int stages,
+                 int block_warps, int64_t max_warps, const char* const (&sites)[2], bool* launched) {
   const int64_t nb = b.k / 256;
   if (b.glu) {
-    if (nb <= 8) return launch_lpr<kType, 8, true>(b, acts, stream, stages, block_warps, max_warps, sites[1], launched);
-    if (nb <= 16) return launch_lpr<kType, 16, true>(b, acts, stream, stages, block_warps, max_warps, sites[1], launched);
+    if (nb <= 8) return launch_lpr<kType, 8, true>(b, acts, xf, stream, stages, block_warps, max_warps, sites[1], launched);
+    if (nb <= 16) return launch_lpr<kType, 16, true>(b, acts, xf, stream, stages, block_warps, max_warps, sites[1], launched);
     return true;  // a gate/up pair of longer rows would not fit one chunk: the direct kernels
   }
-  if (nb <= 8) return launch_lpr<kType, 8, false>(b, acts, stream, stages, block_warps, max_warps, sites[0], launched);
-  if (nb <= 16) return launch_lpr<kType, 16, false>(b, acts, stream, stages, block_warps, max_warps, sites[0], launched);
-  return launch_lpr<kType, 32, false>(b, acts, stream, stages, block_warps, max_warps, sites[0], launched);
+  if (nb <= 8) return launch_lpr<kType, 8, false>(b, acts, xf, stream, stages, block_warps, max_warps, sites[0], launched);
+  if (nb <= 16) return launch_lpr<kType, 16, false>(b, acts, xf, stream, stages, block_warps, max_warps, sites[0], launched);
+  return launch_lpr<kType, 32, false>(b, acts, xf, stream, stages, block_warps, max_warps, sites[0], launched);
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
@@ -314,8 +346,8 @@ SmemOptin optin(const char* site) {
 
 }  // namespace
 
-bool launch_mmvq_lane(TensorType type, const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, int stages,
-                      int block_warps, int64_t max_warps, bool* launched) {
+bool launch_mmvq_lane(TensorType type, const MmvqBatch& b, const Q8KView& acts, const float* xf, cudaStream_t stream,
+                      int stages, int block_warps, int64_t max_warps, bool* launched) {
   static const char* const kQ4[2] = {"mmvq_lane_q4_K", "mmvq_lane_glu_q4_K"};
   static const char* const kQ5[2] = {"mmvq_lane_q5_K", "mmvq_lane_glu_q5_K"};
   static const char* const kQ6[2] = {"mmvq_lane_q6_K", "mmvq_lane_glu_q6_K"};
@@ -326,14 +358,16 @@ bool launch_mmvq_lane(TensorType type, const MmvqBatch& b, const Q8KView& acts, 
     return true;
   for (int s = 0; s < b.n_seg; ++s)
     if (!aligned16(b.seg[s].w)) return true;
-  if (!aligned16(acts.qs) || !aligned16(acts.bsums) || (reinterpret_cast<uintptr_t>(acts.d) & 3u) != 0) return true;
+  if (xf != nullptr ? !aligned16(xf)
+                    : !aligned16(acts.qs) || !aligned16(acts.bsums) || (reinterpret_cast<uintptr_t>(acts.d) & 3u) != 0)
+    return true;
   // Ring depth: Q6_K blocks are 46% larger, and 2 stages leave room for more warps per SM
   // (measured: docs/perf/2026-12-01-mmvq-lane.md); 3 for Q4_K/Q5_K.
   if (stages < 2 || stages > 4) stages = type == TensorType::Q6_K ? 2 : 3;
   switch (type) {
-    case TensorType::Q4_K: return launch_type<TensorType::Q4_K>(b, acts, stream, stages, block_warps, max_warps, kQ4, launched);
-    case TensorType::Q5_K: return launch_type<TensorType::Q5_K>(b, acts, stream, stages, block_warps, max_warps, kQ5, launched);
-    default: return launch_type<TensorType::Q6_K>(b, acts, stream, stages, block_warps, max_warps, kQ6, launched);
+    case TensorType::Q4_K: return launch_type<TensorType::Q4_K>(b, acts, xf, stream, stages, block_warps, max_warps, kQ4, launched);
+    case TensorType::Q5_K: return launch_type<TensorType::Q5_K>(b, acts, xf, stream, stages, block_warps, max_warps, kQ5, launched);
+    default: return launch_type<TensorType::Q6_K>(b, acts, xf, stream, stages, block_warps, max_warps, kQ6, launched);
   }
 }
 
