@@ -28,7 +28,7 @@ constexpr std::array kTable = {
            nullptr, 0},
     EnvVar{"MINFER_CUDA_ATTN_HEAD_SLICES", "0",
            "tuning: blocks per KV head of the CUDA decode attention (0: one per query head for windows of up to 256 cells, else from the GQA group and head_dim)",
-           EnvKind::Int, nullptr, 0, 64},
+           EnvKind::Int, nullptr, 0, 65535},
     EnvVar{"MINFER_CUDA_F16_CHUNK_MB", "512",
            "tuning: MiB of dequantized f16 weight rows per chunk of the CUDA f16 prefill GEMM (MINFER_CUDA_PREFILL_MATMUL)", EnvKind::Int,
            nullptr, 1, 4096},

@@ -131,6 +131,11 @@ TEST(CudaAttnDecodeContexts, WindowsOfAtMost256CellsAreOneRangeAndLongerOnesAreC
   EXPECT_EQ(cuda::attn_decode_plan({1, 16, 2, 128, 257}, 132).heads_per_slice, 8);
   EXPECT_EQ(cuda::attn_decode_plan({1, 16, 2, 128, 256}, 132).heads_per_slice, 1);
   EXPECT_EQ(cuda::attn_decode_plan({1, 16, 2, 128, 256}, 132).head_slices, 8);
+  // One block per query head never asks for more than 65535 blocks per range (grid y).
+  const cuda::AttnDecodePlan wide = cuda::attn_decode_plan({1, 131072, 2, 128, 100}, 132);
+  EXPECT_LE(2 * wide.head_slices, 65535);
+  EXPECT_GE(wide.head_slices * wide.heads_per_slice, 65536);
+  EXPECT_LE(wide.heads_per_slice, 8);
   // Windows past 256 * 1024 cells go to the general kernel.
   EXPECT_STREQ(cuda::attn_decode_unsupported({1, 28, 4, 128, 262144}, TensorType::F16), "");
   EXPECT_STRNE(cuda::attn_decode_unsupported({1, 28, 4, 128, 262145}, TensorType::F16), "");

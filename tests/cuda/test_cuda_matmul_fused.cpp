@@ -274,7 +274,8 @@ TEST_P(CudaMatmulFused, refuses_malformed_outputs_without_launching) {
 // launch with a residual, ring depths 2, 3 and 4, grids of 1, 3 and 5 warps
 // (MINFER_CUDA_MMVQ_LANE_WARPS), where every warp walks many row groups: the ring wraps and the
 // SwiGLU rows waiting for silu are flushed every 32 rows, and blocks of 1, 4, 8 and 16 warps; the
-// three segments also straight from f32 x (matmul_fused_from_f32: the kernel quantizes x).
+// three segments also straight from f32 x (matmul_fused_from_f32: the kernel quantizes x). That the
+// lane kernel really ran is checked too (the f32 entry reports it; the SwiGLU launch by its site).
 class CudaMmvqLane : public test::CudaStreamTest<TensorType> {};
 
 TEST_P(CudaMmvqLane, one_super_block_per_lane_gives_the_bits_of_the_direct_kernels) {
@@ -353,6 +354,20 @@ TEST_P(CudaMmvqLane, one_super_block_per_lane_gives_the_bits_of_the_direct_kerne
       const char* what[4] = {"segment 0 (bias)", "segment 1 (residual)", "segment 2", "SwiGLU + residual"};
       for (int i = 0; i < 4; ++i)
         EXPECT_TRUE(outputs_equal(got[static_cast<size_t>(i)], want[static_cast<size_t>(i)], ms[i], 1)) << what[i];
+      if (nb <= 16) {
+        // The SwiGLU launch ran on the lane kernel, not on a silent fallback: injecting a failure at
+        // the lane kernel's SwiGLU launch site makes the same call fail there.
+        const std::string site = std::string("mmvq_lane_glu_") + std::string(type_name(type));
+        test::ScopedEnv inject("MINFER_CUDA_FAIL_LAUNCH", site.c_str());
+        cuda::clear_launch_failure();
+        EXPECT_FALSE(cuda::matmul_swiglu(type, k, m0, dw0.get(), dwu.get(), dq.get(), 1, dy[3].as<float>(),
+                                         m0 + kPad, dres.as<float>(), m0, stream_));
+        const cuda::LaunchFailure* f = cuda::launch_failure();
+        ASSERT_NE(f, nullptr) << "no launch failure recorded: the SwiGLU launch was not " << site;
+        EXPECT_EQ(std::string(f->site), site);
+        cuda::clear_launch_failure();
+        ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+      }
       // The three segments again straight from the f32 x: each block quantizes x itself.
       for (int i = 0; i < 3; ++i) dy[i].fill(0xFF);
       bool ran = false;

@@ -425,10 +425,14 @@ AttnDecodePlan attn_decode_plan(const AttnShape& s, int sm_count, int64_t chunk_
   p.lanes = lanes_for(s.head_dim);
   const int64_t max_heads = max_heads_for(s.head_dim);
   p.head_slices = (group + max_heads - 1) / max_heads;
-  // A window of one range gets one block per query head: with a block per KV head a 7B layer had
+  // A window of at most 256 cells gets one block per query head: with a block per KV head a 7B layer had
   // 4 blocks (tg128 409 -> 417 t/s with 28; docs/perf/2026-12-01-lane-blocks.md). Longer windows
   // fill the GPU with ranges instead, and read each K/V row once per KV head.
-  const int64_t want_slices = head_slices_override > 0 ? head_slices_override : n_kv <= kChunkMax ? group : 0;
+  // At most kMaxGridYZ blocks per range (grid y), which attn_decode_unsupported checked for the
+  // fewest slices.
+  const int64_t kv_heads = s.n_head_kv > 0 ? s.n_head_kv : 1;
+  int64_t want_slices = head_slices_override > 0 ? head_slices_override : n_kv <= kChunkMax ? group : 0;
+  if (want_slices > kMaxGridYZ / kv_heads) want_slices = kMaxGridYZ / kv_heads;
   if (want_slices > p.head_slices) p.head_slices = want_slices < group ? want_slices : group;
   p.heads_per_slice = (group + p.head_slices - 1) / p.head_slices;
   p.head_slices = (group + p.heads_per_slice - 1) / p.heads_per_slice;  // no empty slice

@@ -60,8 +60,9 @@ const char* attn_decode_unsupported(const AttnShape& s, TensorType kv_type);
 
 /// The plan for `s` on a device with `sm_count` SMs (pure; independent of s.n_tok).
 /// `chunk_override` > 0 forces the cells per range (MINFER_CUDA_ATTN_CHUNK, for tuning; clamped
-/// to [ceil(n_kv / kAttnDecodeMaxSplits), 256]). A window of at most 256 cells takes one range and
-/// one block per query head; longer ones take ceil(group / max heads) blocks per KV head.
+/// to [ceil(n_kv / kAttnDecodeMaxSplits), 256]). A window of at most 256 cells (one range unless
+/// chunk_override cuts it) takes one block per query head; longer ones take ceil(group / max heads)
+/// blocks per KV head (max heads: 8, or 4 for head_dim > 128). At most 65535 blocks per range.
 /// `head_slices_override` > 0 asks for that many blocks per KV head (MINFER_CUDA_ATTN_HEAD_SLICES;
 /// at least the default, at most the GQA group; rounded so that no block is empty).
 AttnDecodePlan attn_decode_plan(const AttnShape& s, int sm_count, int64_t chunk_override = 0,

@@ -99,7 +99,9 @@ bool matmul_fused(TensorType type, int64_t k, const MatmulOut* outs, int n_outs,
 /// each of its blocks quantizes x itself with quantize_activations' arithmetic, so the outputs are
 /// the bits matmul_fused gives and the quantize launch is saved. Sets *launched and returns the
 /// launch's result when it ran; otherwise *launched is false, nothing ran and the result is true
-/// (the caller quantizes and calls matmul_fused). MINFER_CUDA_MMVQ_LANE_QUANTIZE=0 turns it off (A/B).
+/// (the caller quantizes and calls matmul_fused). x must not overlap any output's y or residual:
+/// blocks still read x while others write y (the quantize-first path did not need that).
+/// MINFER_CUDA_MMVQ_LANE_QUANTIZE=0 turns it off (A/B).
 bool matmul_fused_from_f32(TensorType type, int64_t k, const MatmulOut* outs, int n_outs, const float* x,
                            cudaStream_t stream, bool* launched);
 

@@ -108,8 +108,8 @@ bool launch_mmvq_q6k_direct(const MmvqBatch& b, const Q8KView& acts, cudaStream_
 /// segment's weights 16-byte aligned (acts.qs and acts.bsums 16-byte, acts.d 4-byte aligned); with
 /// glu, rows of at most 16 super-blocks. `stages`: shared-memory ring depth per warp (2..4, else the
 /// per-type default; the deepest that fits is taken, down to 2). `block_warps`: warps per block
-/// (1..16; 0 = the measured default, 16 for rows of more than 16 super-blocks, else 8; fewer when
-/// shared memory is short). max_warps > 0 caps the grid's warps (tests: every warp then walks many
+/// (1..16; 0 = the measured default, 16 for rows of more than 16 super-blocks, else 8; the ring
+/// depth is kept and the block narrowed until it fits the shared memory). max_warps > 0 caps the grid's warps (tests: every warp then walks many
 /// row groups). Sets *launched to false (and returns true) when it does not apply or its shared
 /// memory does not fit, so the caller falls back; otherwise returns the launch's result. Same
 /// results, bit for bit, as launch_mmvq_kquant.
@@ -117,7 +117,8 @@ bool launch_mmvq_q6k_direct(const MmvqBatch& b, const Q8KView& acts, cudaStream_
 /// previous kernel in the stream (they are read before griddepcontrol.wait, see launch.cuh), and,
 /// as for the direct Q6_K kernel, acts.bsums must be the sums of acts.qs that quantize_activations
 /// writes (the Q6_K -32 offset is taken through them).
-/// With `xf` set (f32 activations [k], 16-byte aligned, written by an earlier kernel) `acts` is not
+/// With `xf` set (f32 activations [k], 16-byte aligned, written by an earlier kernel, not
+/// overlapping any segment's y or res) `acts` is not
 /// read: each block quantizes xf itself, with the arithmetic of quantize_activations (Q8K), so the
 /// results are the same bits and the quantize launch is saved.
 bool launch_mmvq_lane(TensorType type, const MmvqBatch& b, const Q8KView& acts, const float* xf, cudaStream_t stream,

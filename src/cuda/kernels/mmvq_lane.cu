@@ -19,12 +19,14 @@
 // 7B Q4_K_M token slower: the kernel then fills the register file and the next kernels of the
 // layer can no longer start beside it under PDL; docs/perf/2026-12-01-mmvq-lane.md.)
 //
-// Grid. Blocks of 16 warps for rows of more than 16 super-blocks and 8 otherwise (fewer when the
-// ring and the activations would not fit one block's shared memory), and at most as many warps as
+// Grid. Blocks of up to 16 warps for rows of more than 16 super-blocks and up to 8 otherwise: the
+// ring depth is kept and the block narrowed until the rings and the activations fit one block's
+// shared memory (the 7B ffn_down: 15 warps for Q6_K at 2 stages and Q4_K at 3, 12 for Q5_K at 3),
+// and at most as many warps as
 // fit on the GPU at once: with g = ceil(row groups / warps that fit), warp w takes the contiguous
 // run of groups [w g, w g + g), so only the last warp's run is shorter. Large blocks copy the
 // activations once for more warps, which leaves more shared memory to the rings: the 7B ffn_down
-// (74 super-blocks a row) went from 24.8 to 20.6 us (Q6_K) when its blocks grew from 4 to 16 warps.
+// (74 super-blocks a row) went from 24.8 to 20.6 us (Q6_K) when its blocks grew from 4 to 15 warps.
 // Splitting the groups as [w n / W, (w + 1) n / W) instead, which launches every warp that fits,
 // was slower end to end (docs/perf/2026-12-01-lane-blocks.md).
 #include <cuda_runtime.h>
@@ -298,9 +300,9 @@ bool launch_lpr(const MmvqBatch& b, const Q8KView& acts, const float* xf, cudaSt
   const int64_t per_group = kGlu ? G::kRows / 2 : G::kRows;
   const int64_t n_groups = (rows + per_group - 1) / per_group;
   // The deepest ring (from `stages` down to 2) whose shared memory was opted in and fits an SM.
-  // Warps per block: by default 16 for long rows (their activation copy is up to 22.5 KiB per
-  // block, and a block of 16 warps pays it once for all of them) and 8 for the others (measured:
-  // docs/perf/2026-12-01-lane-blocks.md).
+  // Warps per block: by default up to 16 for long rows (their activations take up to 22 KiB per
+  // block, and a wide block pays that once for all its warps) and up to 8 for the others
+  // (measured: docs/perf/2026-12-01-lane-blocks.md); narrowed below until the block fits.
   const int want_bw = block_warps >= 1 ? (block_warps < kMaxWarps ? block_warps : kMaxWarps) : kLpr == 32 ? 16 : 8;
   const size_t act_bytes = static_cast<size_t>(nb) * kLaneActStride;
   for (int s = stages; s >= 2; --s) {
