@@ -44,23 +44,26 @@ PackedWeight CpuBackend::packed_weight(const Node& wn, const void* data) {
   void* mem = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
   if (mem == nullptr) throw OutOfMemoryError(fmt::format("cpu: cannot allocate {} bytes to pack {}", bytes, wn.name));
   p.mem = std::unique_ptr<uint8_t, void (*)(void*)>(static_cast<uint8_t*>(mem), std::free);
-  // The packed copy replaces the mapped bytes for every MatMul: let the kernel drop the
-  // original's pages from this process as they are consumed (clean file pages; a later read maps
-  // them in again, so an embedding that GetRows also reads only brings back the rows it
-  // gathers). Packing in chunks of whole row groups (the layout is group after group, so a chunk
-  // starting at row r0 lands at packed_bytes(k, r0)) keeps the peak at the packed copy plus one
-  // chunk of the original instead of both whole tensors.
+  // The packed copy replaces the mapped bytes for every MatMul: for a file mapping, let the kernel
+  // drop the original's pages from this process as they are consumed (clean file pages; a later
+  // read maps them in again, so an embedding that GetRows also reads only brings back the rows it
+  // gathers). Never for heap or anonymous memory: there MADV_DONTNEED zeroes the pages, and the
+  // next reader (another backend, GetRows, a second engine) would see zero weights. Packing in
+  // chunks of whole row groups (the layout is group after group, so a chunk starting at row r0
+  // lands at packed_bytes(k, r0)) keeps the peak at the packed copy plus one chunk of the
+  // original instead of both whole tensors.
   const size_t rb = row_bytes(wn.type, k);
   const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   const int64_t chunk = std::max<int64_t>(tk.pack_rows, (int64_t{4} << 20) / static_cast<int64_t>(rb) /
                                                             tk.pack_rows * tk.pack_rows);
   const auto* src = static_cast<const uint8_t*>(data);
   uintptr_t released = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
+  const bool drop_pages = wn.weight != nullptr && wn.weight->file_mapped && data == wn.weight->data;
   for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
     const int64_t n = std::min(chunk, rows - r0);
     tk.pack(k, src + static_cast<size_t>(r0) * rb, rb, n, p.mem.get() + tk.packed_bytes(k, r0));
     const uintptr_t done = (reinterpret_cast<uintptr_t>(src) + static_cast<size_t>(r0 + n) * rb) / page * page;
-    if (done > released) {
+    if (drop_pages && done > released) {
       madvise(reinterpret_cast<void*>(released), done - released, MADV_DONTNEED);
       released = done;
     }

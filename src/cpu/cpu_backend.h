@@ -68,7 +68,8 @@ class CpuBackend : public graph::Backend {
 
   /// Packed (row-interleaved) copies of the weights, made on first use and kept for the life of
   /// the backend, keyed by the weight's data pointer (src/cpu/simd/README.md). Once a weight is
-  /// packed, its mapped original's pages are released from this process (madvise).
+  /// packed, the original's pages are released from this process (madvise) when the weight is
+  /// file_mapped (a read-only file mapping); heap weights are left as they are.
   PackedWeight packed_weight(const graph::Node& weight_node, const void* data);
   struct Packed {
     std::unique_ptr<uint8_t, void (*)(void*)> mem{nullptr, nullptr};

@@ -138,6 +138,9 @@ class GgufFile {
   /// Tensor infos in file order (which is also data-section order: the reader requires the
   /// offsets to be packed in order, as llama.cpp does).
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  /// True for open() (the bytes are a read-only shared mapping of the file), false for
+  /// open_memory() (a heap copy).
+  bool is_mapped() const { return map_.has_value(); }
   const TensorInfo* find_tensor(std::string_view name) const;
 
  private:

@@ -32,6 +32,11 @@ struct WeightTensor {
   int n_dims = 1;
   const uint8_t* data = nullptr;
   uint64_t nbytes = 0;
+  /// True when `data` lies in a read-only file mapping (GgufFile::open): a backend that keeps its
+  /// own copy may drop those pages (madvise MADV_DONTNEED), and a later read brings them back from
+  /// the file. False for heap or anonymous memory (GgufFile::open_memory, tests), where dropping
+  /// a page would zero it.
+  bool file_mapped = false;
 };
 
 /// What an Input node carries; the engine fills each kind before execution.

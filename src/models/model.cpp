@@ -49,6 +49,7 @@ void Model::index_weights() {
     for (int i = 0; i < 4; ++i) w.ne[static_cast<size_t>(i)] = ti.ne[i];
     w.data = ti.data;
     w.nbytes = ti.nbytes;
+    w.file_mapped = file_->is_mapped();
     by_name_.emplace(w.name, weights_.size());
     weights_.push_back(std::move(w));
   }
