@@ -62,7 +62,7 @@ constexpr std::array kTable = {
            "CUDA decode: 1 = the one-super-block-per-lane kernel quantizes f32 activations itself where it serves a product (no quantize launch), 0 = a separate quantize launch (A/B)",
            EnvKind::Int, "0|1"},
     EnvVar{"MINFER_CUDA_MMVQ_LANE_STAGES", "0",
-           "tuning: shared-memory stages per warp of the one-super-block-per-lane decode kernel (0 = per type: Q6_K 2, else 3; 2..4; deeper rings that do not fit fall back)",
+           "tuning: shared-memory stages per warp of the one-super-block-per-lane decode kernel (0 = 2 for every type; 2..4; deeper rings that do not fit fall back)",
            EnvKind::Int, "0|2|3|4"},
     EnvVar{"MINFER_CUDA_MMVQ_LANE_WARPS", "0",
            "test only: most warps in a grid of the one-super-block-per-lane decode kernel (0 = as many as fit), so each warp walks many row groups",

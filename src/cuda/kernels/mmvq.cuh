@@ -107,7 +107,7 @@ bool launch_mmvq_q6k_direct(const MmvqBatch& b, const Q8KView& acts, cudaStream_
 /// The decode MMVQ with one super-block per lane (mmvq_lane.cu): Q4_K, Q5_K, Q6_K, n = 1, every
 /// segment's weights 16-byte aligned (acts.qs and acts.bsums 16-byte, acts.d 4-byte aligned); with
 /// glu, rows of at most 16 super-blocks. `stages`: shared-memory ring depth per warp (2..4, else the
-/// per-type default; the deepest that fits is taken, down to 2). `block_warps`: warps per block
+/// default 2; the deepest that fits is taken, down to 2). `block_warps`: warps per block
 /// (1..16; 0 = the measured default, 16 for rows of more than 16 super-blocks, else 8; the ring
 /// depth is kept and the block narrowed until it fits the shared memory). max_warps > 0 caps the grid's warps (tests: every warp then walks many
 /// row groups). Sets *launched to false (and returns true) when it does not apply or its shared

@@ -11,8 +11,8 @@
 // Memory. A "chunk" is what one pass of the warp's lanes consumes: lanes-per-row super-blocks of
 // each of its rows. Each warp streams its chunks through a private ring of `stages` shared-memory
 // stages, filled with 16-byte cp.async copies of the aligned words around each row piece (no
-// registers held while the bytes are in flight: at 3 stages two chunks are in flight while the
-// warp computes the third). Weights do not depend on the previous kernel, so the first chunks are
+// registers held while the bytes are in flight: at the default 2 stages one chunk is in flight
+// while the warp computes the other). Weights do not depend on the previous kernel, so the first chunks are
 // requested before griddepcontrol.wait: under PDL they stream while that kernel finishes. The
 // activations (qs, bsums, d) are copied once per block into shared memory, in the kLaneActStride
 // layout. (Keeping each lane's activations in registers instead, 128 registers a thread, made a
@@ -21,7 +21,7 @@
 //
 // Grid. Blocks of up to 16 warps for rows of more than 16 super-blocks and up to 8 otherwise: the
 // ring depth is kept and the block narrowed until the rings and the activations fit one block's
-// shared memory (the 7B ffn_down: 15 warps for Q6_K at 2 stages and Q4_K at 3, 12 for Q5_K at 3),
+// shared memory (the 7B ffn_down at 2 stages: 15 warps for Q6_K, 16 for Q4_K),
 // and at most as many warps as
 // fit on the GPU at once: with g = ceil(row groups / warps that fit), warp w takes the contiguous
 // run of groups [w g, w g + g), so only the last warp's run is shorter. Large blocks copy the
@@ -363,9 +363,10 @@ bool launch_mmvq_lane(TensorType type, const MmvqBatch& b, const Q8KView& acts, 
   if (xf != nullptr ? !aligned16(xf)
                     : !aligned16(acts.qs) || !aligned16(acts.bsums) || (reinterpret_cast<uintptr_t>(acts.d) & 3u) != 0)
     return true;
-  // Ring depth: Q6_K blocks are 46% larger, and 2 stages leave room for more warps per SM
-  // (measured: docs/perf/2026-12-01-mmvq-lane.md); 3 for Q4_K/Q5_K.
-  if (stages < 2 || stages > 4) stages = type == TensorType::Q6_K ? 2 : 3;
+  // Ring depth 2 for every type: it leaves room for more warps per SM. Q6_K first
+  // (docs/perf/2026-12-01-mmvq-lane.md); Q4_K/Q5_K had 3 until Qwen3-8B Q4_K_M decoded 3.5% faster
+  // with 2 (7B and 1.5B within the noise or slightly faster; docs/perf/2026-12-01-lane-blocks.md).
+  if (stages < 2 || stages > 4) stages = 2;
   switch (type) {
     case TensorType::Q4_K: return launch_type<TensorType::Q4_K>(b, acts, xf, stream, stages, block_warps, max_warps, kQ4, launched);
     case TensorType::Q5_K: return launch_type<TensorType::Q5_K>(b, acts, xf, stream, stages, block_warps, max_warps, kQ5, launched);
