@@ -35,7 +35,7 @@ struct WeightTensor {
   /// True when `data` lies in a read-only file mapping (GgufFile::open): a backend that keeps its
   /// own copy may drop those pages (madvise MADV_DONTNEED), and a later read brings them back from
   /// the file. False for heap or anonymous memory (GgufFile::open_memory, tests), where dropping
-  /// a page would zero it.
+  /// a page would zero it. Reset it when pointing a copy's `data` at other memory.
   bool file_mapped = false;
 };
 
