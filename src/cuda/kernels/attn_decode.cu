@@ -436,7 +436,7 @@ AttnDecodePlan attn_decode_plan(const AttnShape& s, int sm_count, int64_t chunk_
   if (want_slices > p.head_slices) p.head_slices = want_slices < group ? want_slices : group;
   p.heads_per_slice = (group + p.head_slices - 1) / p.head_slices;
   p.head_slices = (group + p.heads_per_slice - 1) / p.heads_per_slice;  // no empty slice
-  const int64_t blocks_per_range = (s.n_head_kv > 0 ? s.n_head_kv : 1) * p.head_slices;
+  const int64_t blocks_per_range = kv_heads * p.head_slices;
   if (n_kv <= kChunkMax) {
     p.chunk = n_kv;  // one range: one launch, no combine
   } else {

@@ -305,9 +305,9 @@ bool launch_lpr(const MmvqBatch& b, const Q8KView& acts, const float* xf, cudaSt
   // (measured: docs/perf/2026-12-01-lane-blocks.md); narrowed below until the block fits.
   const int want_bw = block_warps >= 1 ? (block_warps < kMaxWarps ? block_warps : kMaxWarps) : kLpr == 32 ? 16 : 8;
   const size_t act_bytes = static_cast<size_t>(nb) * kLaneActStride;
+  const size_t smem_max = context_smem_optin_max();
   for (int s = stages; s >= 2; --s) {
     int bw = want_bw;
-    const size_t smem_max = context_smem_optin_max();
     while (bw > 1 && static_cast<size_t>(bw) * s * G::kStage + act_bytes > smem_max) --bw;
     const size_t smem = static_cast<size_t>(bw) * s * G::kStage + act_bytes;
     if (!smem_opted_in(reinterpret_cast<const void*>(func), smem)) continue;
