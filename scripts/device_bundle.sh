@@ -6,6 +6,9 @@
 #   .device/bin/bench_cuda_matmul, bench_cuda_mmq  the device micro-benchmarks (only with
 #                                                  BUNDLE_BENCH=1: the device tool's transfer
 #                                                  limit is 64 MiB with the work tree)
+#   .device/bin/libminfer_cuda_trace.so            the kernel-timeline tracer (tools/cuda_trace;
+#                                                  when the toolkit has CUPTI): on the device,
+#                                                  CUDA_INJECTION64_PATH=.device/bin/libminfer_cuda_trace.so
 #   .device/lib/*.so*                              shared libraries the binaries load that are
 #                                                  not part of the device's base system (ldd)
 # Then on the device: scripts/cuda_test.sh (it finds .device/ or unpacks .device.tar.xz, and sets
@@ -25,11 +28,16 @@ if [[ ${BUNDLE_BENCH:-0} == 1 ]]; then
   targets+=(bench_cuda_matmul bench_cuda_mmq)
   files+=(build-cuda/bench/bench_cuda_matmul build-cuda/bench/bench_cuda_mmq)
 fi
+# The kernel-timeline tracer (tools/cuda_trace), where the toolkit has CUPTI.
+if ninja -C build-cuda -t targets all | grep -q '^minfer_cuda_trace:'; then
+  targets+=(minfer_cuda_trace)
+fi
 ninja -C build-cuda -j"$jobs" "${targets[@]}"
 
 rm -rf .device
 mkdir -p .device/bin .device/lib
 cp "${files[@]}" .device/bin/
+[[ -f build-cuda/tools/cuda_trace/libminfer_cuda_trace.so ]] && cp build-cuda/tools/cuda_trace/libminfer_cuda_trace.so .device/bin/
 bins=(.device/bin/*)
 strip --strip-debug "${bins[@]}"  # keeps the symbol table: backtraces on the device name functions
 
