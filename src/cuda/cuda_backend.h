@@ -101,7 +101,9 @@ class CudaBackend final : public graph::Backend {
 
   // cuda_ops.cpp
   size_t node_scratch_bytes(const graph::Graph& g, const graph::Node& n) const;
-  void run_node(const graph::Graph& g, const graph::ExecPlan& plan, graph::NodeId id);
+  /// Runs node `id` of a split that ends before node `end` (the split bounds where run_node
+  /// looks for the next matrix product, whose weights the L2 prefetch hint names).
+  void run_node(const graph::Graph& g, const graph::ExecPlan& plan, graph::NodeId id, size_t end);
   void run_direct(const graph::Graph& g, const graph::ExecPlan& plan, size_t begin, size_t end);
   /// MINFER_CUDA_PROFILE=1: run_direct with an event pair around every node; the device time of
   /// each (op, weight type, shape) class is summed and printed when the backend is destroyed.

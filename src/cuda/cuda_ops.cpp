@@ -37,6 +37,11 @@ size_t align_up(size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
 
 const Node& src(const Graph& g, const Node& n, int i) { return g.node(n.src[static_cast<size_t>(i)]); }
 
+/// Bytes of the weight tensor w (its type's row bytes times its rows).
+size_t weight_bytes(const Node& w) {
+  return row_bytes(w.type, w.ne[0]) * static_cast<size_t>(w.ne[1] * w.ne[2] * w.ne[3]);
+}
+
 AttnShape attn_shape(const Graph& g, const Node& n) {
   AttnShape s;
   s.n_tok = src(g, n, 0).ne[1];
@@ -236,6 +241,7 @@ struct OpArgs {
   int64_t attn_chunk;  ///< MINFER_CUDA_ATTN_CHUNK (0 = auto)
   int64_t attn_head_slices;  ///< MINFER_CUDA_ATTN_HEAD_SLICES (0 = auto)
   bool flash_attn;     ///< !MINFER_CUDA_NO_FLASH_ATTN
+  L2AheadHint next;    ///< the weights the next matrix product of the split reads first
 
   template <typename T = float>
   T* in(int i) const { return static_cast<T*>(plan.src_data(g, n, i)); }
@@ -440,6 +446,7 @@ MatmulOut out_of(const void* w, int64_t m, float* y, const float* residual) {
 void op_matmul(const OpArgs& a) {
   const int64_t k = a.s(0).ne[0], n = a.s(1).n_elements() / k;
   size_t cursor = 0;
+  set_l2_ahead_hint(a.next);
   const MatmulOut o = out_of(a.in<void>(0), a.s(0).ne[1], a.out(), nullptr);
   if (products_from_f32(a, a.s(0).type, k, &o, 1, a.in(1), n)) return;
   const void* qx = quantize_into(a, a.s(0).type, a.in(1), k, n, &cursor);
@@ -466,6 +473,7 @@ void op_matmul_add(const OpArgs& a) {
   const TensorType t = a.s(0).type;
   const int64_t k = a.s(0).ne[0], m = a.s(0).ne[1], n = a.s(1).n_elements() / k;
   size_t cursor = 0;
+  set_l2_ahead_hint(a.next);
   const MatmulOut o = out_of(a.in<void>(0), m, a.out(), a.in(2));
   if (products_from_f32(a, t, k, &o, 1, a.in(1), n)) return;
   const void* qx = quantize_into(a, t, a.in(1), k, n, &cursor);
@@ -475,6 +483,48 @@ void op_matmul_add(const OpArgs& a) {
     return;
   }
   product_then_residual(a, 0, a.in(1), qx, n, a.in(2), &cursor);
+}
+
+/// Decode (one token) FusedQKV whose projections have exactly two K-quant types that the lane
+/// kernel takes in one grid (matmul_fused_mixed): the first type's projections, then the
+/// other's, with their biases, reading one quantized x (qx[0], or quantized here into the
+/// scratch at *cursor and stored into qx[] for the per-type path if the launch declines). True
+/// when that one launch ran.
+bool qkv_in_one_mixed_launch(const OpArgs& a, int64_t k, const float* x, float* const (&planes)[3], const void* (&qx)[3],
+                             size_t* cursor) {
+  const TensorType t0 = a.s(1).type;
+  TensorType t1 = t0;
+  for (int j = 1; j < 3; ++j)
+    if (a.s(1 + j).type != t0) {
+      if (t1 != t0 && a.s(1 + j).type != t1) return false;  // three types
+      t1 = a.s(1 + j).type;
+    }
+  if (t1 == t0) return false;
+  const bool fwd = matmul_mixed_pair(t0, t1);
+  if (!fwd && !matmul_mixed_pair(t1, t0)) return false;
+  const TensorType ta = fwd ? t0 : t1, tb = fwd ? t1 : t0;
+  MatmulOut outs[3];
+  int n_outs = 0, count_a = 0;
+  for (const TensorType t : {ta, tb}) {
+    for (int j = 0; j < 3; ++j) {
+      if (a.s(1 + j).type != t) continue;
+      MatmulOut& o = outs[n_outs++];
+      o.w = a.in<void>(1 + j);
+      o.m = a.s(1 + j).ne[1];
+      o.y = planes[j];
+      o.ldy = o.m;
+      o.bias = a.n.p.has_bias ? a.in(4 + j) : nullptr;
+    }
+    if (t == ta) count_a = n_outs;  // outs[0, count_a) hold type ta
+  }
+  if (qx[0] == nullptr) {
+    qx[0] = quantize_into(a, ta, x, k, 1, cursor);
+    for (int j = 1; j < 3; ++j) qx[j] = qx[0];
+  }
+  set_l2_ahead_hint(a.next);
+  bool ran = false;
+  launched(matmul_fused_mixed(ta, tb, k, outs, count_a, 3, qx[0], a.stream, &ran), a);
+  return ran;
 }
 
 // srcs: x, Wq, Wk, Wv [, bq, bk, bv] [, norm weight (has_norm: x is normalized first, in the
@@ -494,6 +544,7 @@ void op_fused_qkv(const OpArgs& a) {
     plane += a.s(1 + p).ne[1] * n;
   }
   bool done[3] = {false, false, false};
+  if (n == 1 && qkv_in_one_mixed_launch(a, k, x, planes, qx, &cursor)) return;
   for (int p = 0; p < 3; ++p) {
     if (done[p]) continue;
     const TensorType t = a.s(1 + p).type;
@@ -511,6 +562,16 @@ void op_fused_qkv(const OpArgs& a) {
       o.ldy = o.m;
       o.bias = a.n.p.has_bias ? a.in(4 + j) : nullptr;
     }
+    // The L2 hint of this group's launch: the projections a later launch computes, else the
+    // next node's product.
+    L2AheadHint later;
+    for (int j = p + 1; j < 3; ++j)
+      if (!done[j] && a.s(1 + j).type != t) {
+        later.w[later.n] = a.in<void>(1 + j);
+        later.bytes[later.n] = weight_bytes(a.s(1 + j));
+        ++later.n;
+      }
+    set_l2_ahead_hint(later.n > 0 ? later : a.next);
     const bool f16 = f16_gemm_serves(t, k, n);
     if (f16 || matmul_fused_serves(t, k, outs, n_outs, n)) {
       for (int j = p; j < 3; ++j) {
@@ -553,6 +614,11 @@ void op_fused_ffn(const OpArgs& a) {
   }
   auto* gate = reinterpret_cast<float*>(a.scratch + cursor);
   cursor += align_up(static_cast<size_t>(ff * n) * sizeof(float));
+  L2AheadHint down;  // read after gate/up
+  down.w[0] = a.in<void>(3);
+  down.bytes[0] = weight_bytes(a.s(3));
+  down.n = 1;
+  set_l2_ahead_hint(down);
   if (tu == tg && matmul_fused_supported(tg, k, n)) {
     launched(matmul_swiglu(tg, k, ff, a.in<void>(1), a.in<void>(2), qg, n, gate, ff, nullptr, 0, a.stream), a);
   } else {
@@ -567,6 +633,7 @@ void op_fused_ffn(const OpArgs& a) {
     launched(swiglu(gate, up, gate, ff * n, a.stream), a);
   }
   const MatmulOut o = out_of(a.in<void>(3), m, a.out(), res);
+  set_l2_ahead_hint(a.next);
   if (products_from_f32(a, td, ff, &o, 1, gate, n)) return;
   const void* qh = quantize_into(a, td, gate, ff, n, &cursor);
   if (f16_products(a, td, ff, &o, 1, qh, n, cursor)) return;
@@ -609,7 +676,35 @@ OpFn find_op(Op op) {
 
 }  // namespace
 
-void CudaBackend::run_node(const Graph& g, const graph::ExecPlan& plan, NodeId id) {
+namespace {
+
+/// The weights the first matrix product after node `id` (before node `end`) reads first: a
+/// MatMul's or MatMulAdd's matrix, FusedQKV's q, k, v matrices in grid order, FusedFFN's gate
+/// and up side by side. Empty when none follows within 16 nodes.
+L2AheadHint next_product_weights(const Graph& g, const graph::ExecPlan& plan, NodeId id, size_t end) {
+  L2AheadHint h;
+  const size_t stop = std::min(end, static_cast<size_t>(id) + 17);
+  for (size_t j = static_cast<size_t>(id) + 1; j < stop; ++j) {
+    const Node& n = g.nodes()[j];
+    if (n.dead) continue;
+    int first = -1, count = 0;
+    if (n.op == Op::MatMul || n.op == Op::MatMulAdd) first = 0, count = 1;
+    if (n.op == Op::FusedQKV) first = 1, count = 3;
+    if (n.op == Op::FusedFFN) first = 1, count = 2, h.side_by_side = true;
+    if (first < 0) continue;
+    for (int s = first; s < first + count; ++s) {
+      h.w[h.n] = plan.src_data(g, n, s);
+      h.bytes[h.n] = weight_bytes(src(g, n, s));
+      ++h.n;
+    }
+    return h;
+  }
+  return h;
+}
+
+}  // namespace
+
+void CudaBackend::run_node(const Graph& g, const graph::ExecPlan& plan, NodeId id, size_t end) {
   const Node& n = g.node(id);
   if (n.dead || graph::op_is_leaf(n.op) || graph::op_is_alias(n.op)) return;
   const OpFn fn = find_op(n.op);
@@ -618,12 +713,14 @@ void CudaBackend::run_node(const Graph& g, const graph::ExecPlan& plan, NodeId i
   if (const cudaError_t e = take_latched_error(); e != cudaSuccess)
     fail("node {} ({}): a CUDA error was latched before its launch (raised by an earlier call, "
          "not by this node): {}", n.name, graph::op_name(n.op), cuda_error_text(e));
-  fn(OpArgs{g, plan, n, id, stream_, static_cast<uint8_t*>(scratch_), fault_dev_, ctx_.info().sm_count, attn_chunk_, attn_head_slices_, flash_attn_});
+  fn(OpArgs{g, plan, n, id, stream_, static_cast<uint8_t*>(scratch_), fault_dev_, ctx_.info().sm_count, attn_chunk_,
+            attn_head_slices_, flash_attn_, next_product_weights(g, plan, id, end)});
+  set_l2_ahead_hint({});
 }
 
 void CudaBackend::run_direct(const Graph& g, const graph::ExecPlan& plan, size_t begin, size_t end) {
   if (profile_) return run_profiled(g, plan, begin, end);
-  for (size_t i = begin; i < end; ++i) run_node(g, plan, static_cast<NodeId>(i));
+  for (size_t i = begin; i < end; ++i) run_node(g, plan, static_cast<NodeId>(i), end);
 }
 
 namespace {
@@ -653,7 +750,7 @@ void CudaBackend::run_profiled(const Graph& g, const graph::ExecPlan& plan, size
     cudaEventCreate(&a);
     cudaEventCreate(&b);
     cudaEventRecord(a, stream_);
-    run_node(g, plan, static_cast<NodeId>(i));
+    run_node(g, plan, static_cast<NodeId>(i), end);
     cudaEventRecord(b, stream_);
     marks.push_back({profile_class(g, n), {a, b}});
   }

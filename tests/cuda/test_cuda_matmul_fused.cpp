@@ -273,7 +273,9 @@ TEST_P(CudaMatmulFused, refuses_malformed_outputs_without_launching) {
 // three segments of one launch with a bias on the first and a residual on the second, the SwiGLU
 // launch with a residual, ring depths 2, 3 and 4, grids of 1, 3 and 5 warps
 // (MINFER_CUDA_MMVQ_LANE_WARPS), where every warp walks many row groups: the ring wraps and the
-// SwiGLU rows waiting for silu are flushed every 32 rows, and blocks of 1, 4, 8 and 16 warps; the
+// SwiGLU rows waiting for silu are flushed every 32 rows, blocks of 1, 4, 8 and 16 warps, the
+// round-robin deal of row groups (MINFER_CUDA_MMVQ_LANE_SPLIT=1) and the L2 prefetch of a hinted
+// next product (MINFER_CUDA_L2_AHEAD_MB; cuda::set_l2_ahead_hint); the
 // three segments also straight from f32 x (matmul_fused_from_f32: the kernel quantizes x). That the
 // lane kernel really ran is checked too (the f32 entry reports it; the SwiGLU launch by its site).
 class CudaMmvqLane : public test::CudaStreamTest<TensorType> {};
@@ -304,20 +306,36 @@ TEST_P(CudaMmvqLane, one_super_block_per_lane_gives_the_bits_of_the_direct_kerne
     DeviceBuffer dq(std::max<size_t>(cuda::quantized_activation_bytes(type, k, 1), 16));
     ASSERT_TRUE(cuda::quantize_activations(type, dx.as<float>(), k, 1, dq.get(), stream_));
     std::vector<std::vector<float>> want;
-    // {MINFER_CUDA_MMVQ_LANE, _STAGES, _WARPS, _BLOCK_WARPS}: the direct kernels, then the lane
-    // kernel at every ring depth, with grids of 1, 3 and 5 warps (rings wrap, SwiGLU batches
-    // flush), and blocks of 1, 4 and 16 warps (warps without a row group still copy activations).
-    const char* const modes[][4] = {{"0", "0", "0", "0"}, {"1", "2", "0", "0"}, {"1", "3", "0", "0"},
-                                    {"1", "4", "0", "0"}, {"1", "3", "1", "0"}, {"1", "2", "3", "0"},
-                                    {"1", "3", "0", "4"}, {"1", "2", "0", "16"}, {"1", "3", "5", "1"},
-                                    {"1", "2", "3", "16"}};
+    // {MINFER_CUDA_MMVQ_LANE, _STAGES, _WARPS, _BLOCK_WARPS, _SPLIT, MINFER_CUDA_L2_AHEAD_MB}: the
+    // direct kernels, then the lane kernel at every ring depth, with grids of 1, 3 and 5 warps
+    // (rings wrap, SwiGLU batches flush), blocks of 1, 4 and 16 warps (warps without a row group
+    // still copy activations), the round-robin deal of row groups (with grids of 3 and 5 warps
+    // every warp strides through the rows), and the L2 prefetch of a hinted next product (here
+    // the test's own weights; a hint must not change a bit).
+    const char* const modes[][6] = {
+        {"0", "0", "0", "0", "0", "0"}, {"1", "2", "0", "0", "0", "0"}, {"1", "3", "0", "0", "0", "0"},
+        {"1", "4", "0", "0", "0", "0"}, {"1", "3", "1", "0", "0", "0"}, {"1", "2", "3", "0", "0", "0"},
+        {"1", "3", "0", "4", "0", "0"}, {"1", "2", "0", "16", "0", "0"}, {"1", "3", "5", "1", "0", "0"},
+        {"1", "2", "3", "16", "0", "0"}, {"1", "2", "0", "0", "1", "0"}, {"1", "2", "3", "0", "1", "0"},
+        {"1", "3", "5", "4", "1", "0"}, {"1", "2", "0", "0", "1", "16"}, {"1", "2", "3", "0", "0", "1"}};
     for (const auto& mode : modes) {
       SCOPED_TRACE(std::string("MINFER_CUDA_MMVQ_LANE=") + mode[0] + " STAGES=" + mode[1] + " WARPS=" + mode[2] +
-                   " BLOCK_WARPS=" + mode[3]);
+                   " BLOCK_WARPS=" + mode[3] + " SPLIT=" + mode[4] + " L2_AHEAD_MB=" + mode[5]);
       test::ScopedEnv gate("MINFER_CUDA_MMVQ_LANE", mode[0]);
       test::ScopedEnv depth("MINFER_CUDA_MMVQ_LANE_STAGES", mode[1]);
       test::ScopedEnv grid("MINFER_CUDA_MMVQ_LANE_WARPS", mode[2]);
       test::ScopedEnv block("MINFER_CUDA_MMVQ_LANE_BLOCK_WARPS", mode[3]);
+      test::ScopedEnv split("MINFER_CUDA_MMVQ_LANE_SPLIT", mode[4]);
+      test::ScopedEnv ahead("MINFER_CUDA_L2_AHEAD_MB", mode[5]);
+      cuda::L2AheadHint hint;  // "the next product": w1 and w2 in order (the prefix budget cuts it)
+      if (std::string(mode[5]) != "0") {
+        hint.w[0] = dw1.get();
+        hint.bytes[0] = w1.size();
+        hint.w[1] = dw2.get();
+        hint.bytes[1] = w2.size();
+        hint.n = 2;
+      }
+      cuda::set_l2_ahead_hint(hint);
       const int64_t ms[4] = {m0, m1, m2, m0};
       auto out = [](int64_t m) { return DeviceBuffer(static_cast<size_t>(m + kPad) * 4); };
       DeviceBuffer dy[4] = {out(m0), out(m1), out(m2), out(m0)};
@@ -379,9 +397,123 @@ TEST_P(CudaMmvqLane, one_super_block_per_lane_gives_the_bits_of_the_direct_kerne
         EXPECT_TRUE(outputs_equal(got[static_cast<size_t>(i)], want[static_cast<size_t>(i)], ms[i], 1))
             << what[i] << ", from f32 x";
       }
+      cuda::set_l2_ahead_hint({});
     }
   }
 }
+
+// q/k/v of two K-quant types in ONE lane-kernel grid (matmul_fused_mixed,
+// MINFER_CUDA_MMVQ_LANE_MIXED=1) gives every output the bits of one matmul_fused launch per type:
+// two segments of the first type (bias on the first) and one of the second (with a bias), and
+// one of the first with two of the second; row counts that leave the last row group of each
+// type partial; 8, 16 and 32 lanes per row; the round-robin deal with the L2 prefetch; and a grid
+// of 3 warps (each walks groups of both types). The launch must really be the mixed one.
+struct MixedPair {
+  TensorType a, b;
+};
+class CudaMmvqLaneMixed : public test::CudaStreamTest<MixedPair> {};
+
+TEST_P(CudaMmvqLaneMixed, two_types_in_one_grid_give_the_bits_of_one_launch_per_type) {
+  const TensorType ta = GetParam().a, tb = GetParam().b;
+  ASSERT_TRUE(cuda::matmul_mixed_pair(ta, tb));
+  for (const int64_t nb : {3, 14, 37}) {
+    const int64_t k = 256 * nb;
+    for (const int n_a : {2, 1}) {
+      SCOPED_TRACE(std::string(type_name(ta)) + "+" + std::string(type_name(tb)) + " k " + std::to_string(k) +
+                   " outputs of the first type " + std::to_string(n_a));
+      const int64_t ms[3] = {4 * 9 + 3, 2 * 5 + 1, 17};
+      const TensorType ts[3] = {ta, n_a == 2 ? ta : tb, tb};
+      const auto x = test::random_acts(k, 1, 700);
+      std::vector<std::vector<uint8_t>> w(3);
+      std::vector<std::unique_ptr<DeviceBuffer>> dw;
+      for (int i = 0; i < 3; ++i) {
+        w[static_cast<size_t>(i)] = test::random_weights(ts[i], ms[i], k, 701 + static_cast<uint32_t>(i));
+        dw.push_back(std::make_unique<DeviceBuffer>(w[static_cast<size_t>(i)].size()));
+        dw.back()->upload(w[static_cast<size_t>(i)].data(), w[static_cast<size_t>(i)].size());
+      }
+      std::vector<float> bias(64);
+      for (size_t j = 0; j < bias.size(); ++j) bias[j] = 0.125f * static_cast<float>(j % 9) - 0.5f;
+      DeviceBuffer dx(x.size() * 4), dbias(bias.size() * 4);
+      dx.upload(x.data(), x.size() * 4);
+      dbias.upload(bias.data(), bias.size() * 4);
+      DeviceBuffer dq(cuda::quantized_activation_bytes(ta, k, 1));
+      ASSERT_TRUE(cuda::quantize_activations(ta, dx.as<float>(), k, 1, dq.get(), stream_));
+      auto outs_for = [&](std::vector<std::unique_ptr<DeviceBuffer>>& dy, cuda::MatmulOut (&o)[3]) {
+        for (int i = 0; i < 3; ++i) {
+          dy.push_back(std::make_unique<DeviceBuffer>(static_cast<size_t>(ms[i] + kPad) * 4));
+          dy.back()->fill(0xFF);
+        }
+        for (int i = 0; i < 3; ++i) {
+          o[i] = {};
+          o[i].w = dw[static_cast<size_t>(i)]->get();
+          o[i].m = ms[i];
+          o[i].y = dy[static_cast<size_t>(i)]->as<float>();
+          o[i].ldy = ms[i] + kPad;
+        }
+        o[0].bias = dbias.as<float>();
+        o[2].bias = dbias.as<float>();
+      };
+      // The reference: one matmul_fused launch per type.
+      std::vector<std::unique_ptr<DeviceBuffer>> ref_y;
+      cuda::MatmulOut ref[3];
+      outs_for(ref_y, ref);
+      ASSERT_TRUE(cuda::matmul_fused(ta, k, ref, n_a, dq.get(), 1, stream_));
+      ASSERT_TRUE(cuda::matmul_fused(tb, k, ref + n_a, 3 - n_a, dq.get(), 1, stream_));
+      ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+      std::vector<std::vector<float>> want(3);
+      for (int i = 0; i < 3; ++i) {
+        std::vector<float> all(static_cast<size_t>(ms[i] + kPad));
+        ref_y[static_cast<size_t>(i)]->download(all.data(), all.size() * 4);
+        want[static_cast<size_t>(i)].assign(all.begin(), all.begin() + ms[i]);
+      }
+      // {_SPLIT, MINFER_CUDA_L2_AHEAD_MB, _WARPS}
+      const char* const modes[][3] = {{"0", "0", "0"}, {"1", "16", "0"}, {"0", "0", "3"}, {"1", "0", "3"}};
+      for (const auto& mode : modes) {
+        SCOPED_TRACE(std::string("SPLIT=") + mode[0] + " L2_AHEAD_MB=" + mode[1] + " WARPS=" + mode[2]);
+        test::ScopedEnv mixed("MINFER_CUDA_MMVQ_LANE_MIXED", "1");
+        test::ScopedEnv split("MINFER_CUDA_MMVQ_LANE_SPLIT", mode[0]);
+        test::ScopedEnv ahead("MINFER_CUDA_L2_AHEAD_MB", mode[1]);
+        test::ScopedEnv grid("MINFER_CUDA_MMVQ_LANE_WARPS", mode[2]);
+        cuda::L2AheadHint hint;
+        hint.w[0] = dw[0]->get();
+        hint.bytes[0] = w[0].size();
+        hint.n = 1;
+        cuda::set_l2_ahead_hint(hint);
+        std::vector<std::unique_ptr<DeviceBuffer>> dy;
+        cuda::MatmulOut o[3];
+        outs_for(dy, o);
+        bool ran = false;
+        ASSERT_TRUE(cuda::matmul_fused_mixed(ta, tb, k, o, n_a, 3, dq.get(), stream_, &ran));
+        cuda::set_l2_ahead_hint({});
+        ASSERT_TRUE(ran) << "the mixed launch declined";
+        ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+        for (int i = 0; i < 3; ++i) {
+          std::vector<float> got(static_cast<size_t>(ms[i] + kPad));
+          dy[static_cast<size_t>(i)]->download(got.data(), got.size() * 4);
+          EXPECT_TRUE(outputs_equal(got, want[static_cast<size_t>(i)], ms[i], 1)) << "output " << i;
+        }
+      }
+      // Off by default, and never for a pair the kernel does not take.
+      bool ran = true;
+      cuda::MatmulOut o[3];
+      std::vector<std::unique_ptr<DeviceBuffer>> dy;
+      outs_for(dy, o);
+      ASSERT_TRUE(cuda::matmul_fused_mixed(ta, tb, k, o, n_a, 3, dq.get(), stream_, &ran));
+      EXPECT_FALSE(ran);
+      test::ScopedEnv mixed("MINFER_CUDA_MMVQ_LANE_MIXED", "1");
+      ASSERT_TRUE(cuda::matmul_fused_mixed(tb, ta, k, o, n_a, 3, dq.get(), stream_, &ran));
+      EXPECT_FALSE(ran) << "the swapped pair must decline";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(KQuantPairs, CudaMmvqLaneMixed,
+                         ::testing::Values(MixedPair{TensorType::Q4_K, TensorType::Q6_K},
+                                           MixedPair{TensorType::Q5_K, TensorType::Q6_K},
+                                           MixedPair{TensorType::Q4_K, TensorType::Q5_K}),
+                         [](const ::testing::TestParamInfo<MixedPair>& i) {
+                           return std::string(type_name(i.param.a)) + "_" + std::string(type_name(i.param.b));
+                         });
 
 INSTANTIATE_TEST_SUITE_P(KQuantTypes, CudaMmvqLane,
                          ::testing::Values(TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K),

@@ -88,12 +88,58 @@ bool latched(const char* site) {
   return true;
 }
 
+thread_local L2AheadHint t_l2_ahead;
+
+}  // namespace
+
+L2AheadHint l2_ahead_prefix(const L2AheadHint& h, size_t cap) {
+  L2AheadHint a;
+  a.side_by_side = h.side_by_side;
+  const int n = h.n < 0 ? 0 : h.n > 3 ? 3 : h.n;
+  size_t left = cap;
+  for (int i = 0; i < n && left > 0; ++i) {
+    if (h.w[i] == nullptr || h.bytes[i] == 0) continue;
+    const auto p = reinterpret_cast<uintptr_t>(h.w[i]);
+    const uintptr_t p16 = (p + 15) & ~uintptr_t{15};
+    if (h.bytes[i] <= p16 - p) continue;
+    size_t len = h.bytes[i] - (p16 - p);
+    const size_t share = h.side_by_side ? cap / static_cast<size_t>(n) : left;
+    if (len > share) len = share;
+    len &= ~size_t{15};
+    if (len > kL2AheadMaxRange) len = kL2AheadMaxRange;
+    if (len == 0) continue;
+    a.w[a.n] = reinterpret_cast<const void*>(p16);
+    a.bytes[a.n] = len;
+    ++a.n;
+    if (!h.side_by_side) left -= len;
+  }
+  return a;
+}
+
+namespace {
+
+/// The lane kernel's tuning from the environment, with the L2 prefetch of the thread's hint.
+mm::LaneTuning lane_tuning() {
+  mm::LaneTuning tu;
+  tu.stages = static_cast<int>(env_int("MINFER_CUDA_MMVQ_LANE_STAGES", 0));
+  tu.block_warps = static_cast<int>(env_int("MINFER_CUDA_MMVQ_LANE_BLOCK_WARPS", 0));
+  tu.max_warps = env_int("MINFER_CUDA_MMVQ_LANE_WARPS", 0);
+  tu.split = static_cast<int>(env_int("MINFER_CUDA_MMVQ_LANE_SPLIT", 0));
+  if (const int64_t mb = env_int("MINFER_CUDA_L2_AHEAD_MB", 0); mb > 0) {
+    const L2AheadHint pre = l2_ahead_prefix(t_l2_ahead, static_cast<size_t>(mb) << 20);
+    for (int i = 0; i < pre.n; ++i) {
+      tu.ahead.p[i] = pre.w[i];
+      tu.ahead.bytes[i] = static_cast<uint32_t>(pre.bytes[i]);
+    }
+    tu.ahead.n = pre.n;
+  }
+  return tu;
+}
+
 /// The lane kernel (mmvq_lane.cu) with the tuning the environment asks for.
 bool launch_lane(TensorType type, const mm::MmvqBatch& b, const mm::Q8KView& acts, const float* xf, cudaStream_t stream,
                  bool* launched) {
-  return mm::launch_mmvq_lane(type, b, acts, xf, stream, static_cast<int>(env_int("MINFER_CUDA_MMVQ_LANE_STAGES", 0)),
-                              static_cast<int>(env_int("MINFER_CUDA_MMVQ_LANE_BLOCK_WARPS", 0)),
-                              env_int("MINFER_CUDA_MMVQ_LANE_WARPS", 0), launched);
+  return mm::launch_mmvq_lane(type, b, acts, xf, stream, lane_tuning(), launched);
 }
 
 /// The K-quant MMVQ: for one token column the one-super-block-per-lane kernel (mmvq_lane.cu) where
@@ -209,6 +255,8 @@ bool matmul(TensorType type, const void* W, int64_t k, int64_t m, const float* x
   return bad_args("matmul_bad_args");
 }
 
+void set_l2_ahead_hint(const L2AheadHint& hint) { t_l2_ahead = hint; }
+
 bool same_activations(TensorType a, TensorType b) {
   if (a == b) return true;
   ActKind ka, kb;
@@ -302,6 +350,26 @@ bool matmul_fused_from_f32(TensorType type, int64_t k, const MatmulOut* outs, in
   if (latched("latched_before_matmul")) return false;
   const mm::Q8KView none{nullptr, nullptr, nullptr, k, k / 256};
   return launch_lane(type, b, none, x, stream, launched);
+}
+
+bool matmul_mixed_pair(TensorType type_a, TensorType type_b) { return mm::lane_mixed_pair(type_a, type_b); }
+
+bool matmul_fused_mixed(TensorType type_a, TensorType type_b, int64_t k, const MatmulOut* outs, int n_a, int n_outs,
+                        const void* qx, cudaStream_t stream, bool* launched) {
+  *launched = false;
+  if (env_int("MINFER_CUDA_MMVQ_LANE_MIXED", 0) == 0 || env_int("MINFER_CUDA_MMVQ_LANE", 1) == 0 ||
+      env_flag("MINFER_CUDA_MMVQ_STAGED") || !mm::lane_mixed_pair(type_a, type_b) || outs == nullptr || n_a < 1 ||
+      n_outs <= n_a || n_outs > mm::kMmvqMaxSegments)
+    return true;
+  mm::MmvqBatch b;
+  b.n_seg = n_outs;
+  for (int s = 0; s < n_outs; ++s)
+    b.seg[s] = {outs[s].w, outs[s].m, outs[s].y, outs[s].ldy, outs[s].bias, outs[s].residual, outs[s].ldr};
+  if (!fused_args_ok(type_a, k, qx, 1, &b) || !matmul_fused_supported(type_b, k, 1)) return true;
+  if (latched("latched_before_matmul")) return false;
+  const ActLayout L = mm::act_layout(ActKind::Q8K, k, 1);
+  return mm::launch_mmvq_lane_mixed(type_a, type_b, b, n_a, static_cast<int64_t>(row_bytes(type_b, k)),
+                                    mm::q8k_view(L, qx), nullptr, stream, lane_tuning(), launched);
 }
 
 bool matmul_swiglu(TensorType type, int64_t k, int64_t m, const void* w_gate, const void* w_up, const void* qx,

@@ -74,6 +74,48 @@ struct MatmulOut {
   int64_t ldr = 0;                  ///< >= m when residual is set
 };
 
+/// The weights the decode product after the next matmul launches of this host thread reads
+/// first, in the order it reads them: up to 3 device ranges (pointer, bytes), either read one
+/// after another (the q, k, v segments of one grid) or side by side (`side_by_side`: gate and up
+/// rows of the SwiGLU kernel). With MINFER_CUDA_L2_AHEAD_MB = N > 0 the one-super-block-per-lane
+/// decode kernel asks the L2 cache for the first N MiB of them (side by side: N / count of each)
+/// when its warps finish (mmvq.cuh L2Ahead). A hint only: no result depends on it.
+struct L2AheadHint {
+  const void* w[3] = {nullptr, nullptr, nullptr};
+  size_t bytes[3] = {0, 0, 0};
+  int n = 0;
+  bool side_by_side = false;
+};
+
+/// Sets the hint the matmul launches of this host thread pass on (until the next call; an empty
+/// hint, n = 0, turns it off).
+void set_l2_ahead_hint(const L2AheadHint& hint);
+
+/// Longest range (bytes) one L2 prefetch request names (its length is a 32-bit count).
+inline constexpr size_t kL2AheadMaxRange = 0xFFFFFFF0u;
+
+/// What the lane kernel is asked to prefetch of `hint` under a budget of `cap` bytes: side by
+/// side, the first cap / n bytes of each range; otherwise the ranges in order until cap bytes are
+/// taken. Each range's start is rounded up and its length down to 16 bytes (so nothing outside
+/// the tensor is named), lengths are capped at kL2AheadMaxRange, and empty ranges are dropped.
+L2AheadHint l2_ahead_prefix(const L2AheadHint& hint, size_t cap);
+
+/// matmul_fused for ONE token column over outputs of two weight types in one launch: outs[0,
+/// n_a) hold type_a weights, outs[n_a, n_outs) type_b weights, all rows of k elements reading
+/// the same Q8K activations qx (quantize_activations of either type: one family). Where the
+/// one-super-block-per-lane kernel serves the pair (mm::lane_mixed_pair: Q4_K + Q5_K, Q4_K +
+/// Q6_K, Q5_K + Q6_K, the q/k/v mixes of Q4_K_S / Q4_K_M / Q5_K_M files) and
+/// MINFER_CUDA_MMVQ_LANE_MIXED=1, it launches one grid: every output gets the bits that
+/// matmul_fused gives it with the other outputs of its type. Sets *launched to false (and returns
+/// true) where that does not apply, so the caller launches one grid per type; otherwise returns
+/// the launch's result.
+bool matmul_fused_mixed(TensorType type_a, TensorType type_b, int64_t k, const MatmulOut* outs, int n_a, int n_outs,
+                        const void* qx, cudaStream_t stream, bool* launched);
+
+/// True when matmul_fused_mixed can take weights of type_a (first) and type_b in one grid
+/// (mm::lane_mixed_pair): Q4_K + Q5_K, Q4_K + Q6_K, Q5_K + Q6_K.
+bool matmul_mixed_pair(TensorType type_a, TensorType type_b);
+
 /// True when matmul_fused / matmul_swiglu serve weights of `type` with rows of k for n token
 /// columns: a quantized type matmul_supported accepts (Q4_0 .. Q8_0, Q4_K .. Q6_K) and
 /// 1 <= n <= 8 (the MMVQ kernels). Otherwise the caller runs matmul() and the adds itself.

@@ -104,13 +104,35 @@ bool launch_mmvq_kquant_direct(TensorType type, const MmvqBatch& b, const Q8KVie
 /// launch_mmvq_kquant.
 bool launch_mmvq_q6k_direct(const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, bool any_length,
                             bool* launched);
+/// Weight bytes the lane kernel asks the L2 cache to fetch once its warps are done (the first
+/// bytes the next decode product reads, so they stream from memory while this kernel ends and
+/// the small kernels between the two run): up to 3 ranges, each 16-byte aligned with a length
+/// that is a multiple of 16 and lying inside its tensor. Warp w of the grid prefetches 16-byte
+/// words [w q, (w + 1) q) of their concatenation (q = words_per_warp, set by the launcher:
+/// mmvq_lane.cuh l2_share_bounds) with cp.async.bulk.prefetch.L2 (sm_90+; nothing below). A
+/// hint: no result depends on it.
+struct L2Ahead {
+  const void* p[3] = {nullptr, nullptr, nullptr};
+  uint32_t bytes[3] = {0, 0, 0};
+  int n = 0;
+  uint32_t words_per_warp = 0;
+};
+
+/// Tuning of launch_mmvq_lane; every setting gives the same bits.
+struct LaneTuning {
+  int stages = 0;         ///< shared-memory ring depth per warp: 2..4 (else 2); the deepest that fits is taken
+  int block_warps = 0;    ///< warps per block, 1..16; 0 = 16 for rows of more than 16 super-blocks, else 8
+                          ///< (narrowed until the block's shared memory fits)
+  int64_t max_warps = 0;  ///< > 0: at most this many warps in the grid (tests: each warp walks many row groups)
+  int split = 0;          ///< row groups per warp: 0 = a contiguous run, 1 = round robin (w, w + W, ...)
+  L2Ahead ahead;          ///< the next product's first weight bytes, prefetched into L2 at the end
+};
+
 /// The decode MMVQ with one super-block per lane (mmvq_lane.cu): Q4_K, Q5_K, Q6_K, n = 1, every
 /// segment's weights 16-byte aligned (acts.qs and acts.bsums 16-byte, acts.d 4-byte aligned); with
-/// glu, rows of at most 16 super-blocks. `stages`: shared-memory ring depth per warp (2..4, else the
-/// default 2; the deepest that fits is taken, down to 2). `block_warps`: warps per block
-/// (1..16; 0 = the measured default, 16 for rows of more than 16 super-blocks, else 8; the ring
-/// depth is kept and the block narrowed until it fits the shared memory). max_warps > 0 caps the grid's warps (tests: every warp then walks many
-/// row groups). Sets *launched to false (and returns true) when it does not apply or its shared
+/// glu, rows of at most 16 super-blocks. `tuning` (LaneTuning above): ring depth, block width,
+/// grid cap, how row groups are dealt to warps, and the L2 prefetch of the next product's
+/// weights. Sets *launched to false (and returns true) when it does not apply or its shared
 /// memory does not fit, so the caller falls back; otherwise returns the launch's result. Same
 /// results, bit for bit, as launch_mmvq_kquant.
 /// Two requirements beyond the other MMVQ kernels: the weights must not be written by the
@@ -122,7 +144,21 @@ bool launch_mmvq_q6k_direct(const MmvqBatch& b, const Q8KView& acts, cudaStream_
 /// read: each block quantizes xf itself, with the arithmetic of quantize_activations (Q8K), so the
 /// results are the same bits and the quantize launch is saved.
 bool launch_mmvq_lane(TensorType type, const MmvqBatch& b, const Q8KView& acts, const float* xf, cudaStream_t stream,
-                      int stages, int block_warps, int64_t max_warps, bool* launched);
+                      const LaneTuning& tuning, bool* launched);
+/// True for the pairs of weight types launch_mmvq_lane_mixed serves (first, second): (Q4_K, Q5_K),
+/// (Q4_K, Q6_K), (Q5_K, Q6_K): the q/k/v mixes of llama.cpp's Q4_K_S, Q4_K_M and Q5_K_M files.
+bool lane_mixed_pair(TensorType type_a, TensorType type_b);
+
+/// launch_mmvq_lane for a batch of two weight types in ONE grid: segments [0, seg_b) hold type_a
+/// weights (rows of b.row_bytes), segments [seg_b, n_seg) type_b weights (rows of row_bytes_b,
+/// which must be type_b's row bytes for b.k); all read the same Q8K activations. Each type's rows
+/// start their own row groups, so a chunk has one type; every output has the bits launch_mmvq_lane
+/// gives it in a grid of its own type. No glu. Sets *launched to false (and returns true) when
+/// the pair is not lane_mixed_pair or anything launch_mmvq_lane needs does not hold; otherwise
+/// returns the launch's result (sites "mmvq_lane_q4_K_q6_K", ...).
+bool launch_mmvq_lane_mixed(TensorType type_a, TensorType type_b, const MmvqBatch& b, int seg_b, int64_t row_bytes_b,
+                            const Q8KView& acts, const float* xf, cudaStream_t stream, const LaneTuning& tuning,
+                            bool* launched);
 /// The lane kernel's instantiations, each opted in to the device's largest per-block shared memory
 /// (bytes = 0 in the list): their use depends on the row length and the ring depth.
 std::span<const SmemOptin> mmvq_lane_smem_optins();

@@ -418,4 +418,45 @@ bool emulate_mmvq(TensorType type, const void* w, int64_t k, int64_t m, const vo
   return false;
 }
 
+std::vector<int> lane_group_visits(int split, int64_t n_warps, int64_t n_groups, int64_t groups_per_warp) {
+  std::vector<int> visits(static_cast<size_t>(n_groups), 0);
+  for (int64_t wg = 0; wg < n_warps; ++wg) {
+    const LaneWarpRun run = lane_warp_run(split, wg, n_warps, n_groups, groups_per_warp);
+    for (int64_t i = 0; i < run.count; ++i) {
+      const int64_t g = run.first + i * run.step;
+      if (g < 0 || g >= n_groups) return {};  // a group outside the grid: the caller sees a size mismatch
+      ++visits[static_cast<size_t>(g)];
+    }
+  }
+  return visits;
+}
+
+std::vector<int> lane_mixed_row_visits(int64_t rows_a, int64_t rows_total, int k_rows) {
+  std::vector<int> visits(static_cast<size_t>(rows_total), 0);
+  const int64_t groups_a = (rows_a + k_rows - 1) / k_rows;
+  const int64_t n_groups = groups_a + (rows_total - rows_a + k_rows - 1) / k_rows;
+  for (int64_t g = 0; g < n_groups; ++g)
+    for (int j = 0; j < k_rows; ++j) {
+      int64_t row = 0;
+      bool second = false;
+      if (!lane_mixed_row(groups_a, rows_a, rows_total, k_rows, g, j, &row, &second)) continue;
+      if (row < 0 || row >= rows_total) return {};
+      int& v = visits[static_cast<size_t>(row)];
+      v = (second != (row >= rows_a)) ? -1 : v + 1;
+    }
+  return visits;
+}
+
+std::vector<std::pair<uint64_t, uint64_t>> l2_share_intervals(const std::vector<uint32_t>& bytes, int64_t n_warps) {
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  for (int64_t wg = 0; wg < n_warps; ++wg) {
+    uint64_t lo = 0, hi = 0;
+    const auto at = [&](size_t i) { return i < bytes.size() ? bytes[i] : 0u; };
+    l2_share_bounds(at(0), at(1), at(2), l2_words_per_warp(bytes.data(), static_cast<int>(bytes.size()), n_warps), wg,
+                    &lo, &hi);
+    out.emplace_back(lo, hi);
+  }
+  return out;
+}
+
 }  // namespace minfer::cuda::mm

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "core/types.h"
@@ -25,5 +26,19 @@ bool host_activations_from_blocks(TensorType type, const void* blocks, int64_t k
 /// quantized MMVQ kernel or n outside 1..8.
 bool emulate_mmvq(TensorType type, const void* w, int64_t k, int64_t m, const void* acts,
                   int64_t n, float* y, int64_t ldy);
+
+/// How many warps of an n_warps lane-kernel grid the kernel's deal (mmvq_lane.cuh
+/// lane_warp_run, split 0 or 1) gives each of n_groups row groups to: every entry must be 1.
+std::vector<int> lane_group_visits(int split, int64_t n_warps, int64_t n_groups, int64_t groups_per_warp);
+
+/// How often the mixed-type deal (mmvq_lane.cuh lane_mixed_row) maps a slot of its n_groups =
+/// ceil(rows_a / k_rows) + ceil((rows_total - rows_a) / k_rows) row groups to each grid row
+/// (every entry must be 1), and -1 at a row given the wrong type (rows below rows_a are the first
+/// type's).
+std::vector<int> lane_mixed_row_visits(int64_t rows_a, int64_t rows_total, int k_rows);
+
+/// The byte intervals [first, second) of the concatenated ranges that each warp of an n_warps
+/// grid asks the L2 cache for (mmvq_lane.cuh l2_share_bounds; at most 3 ranges), in warp order.
+std::vector<std::pair<uint64_t, uint64_t>> l2_share_intervals(const std::vector<uint32_t>& bytes, int64_t n_warps);
 
 }  // namespace minfer::cuda::mm

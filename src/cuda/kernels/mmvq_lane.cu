@@ -51,9 +51,10 @@ namespace {
 constexpr int kMaxWarps = 16;  // warps per block at most (the launcher picks 1..16)
 
 /// Chunk geometry of type kType with kLpr lanes per row.
-template <TensorType kType, int kLpr>
+template <TensorType kT, int kLpr>
 struct LaneGeom {
-  static constexpr int kBytes = kLaneBlockBytes<kType>;
+  static constexpr TensorType kType = kT;
+  static constexpr int kBytes = kLaneBlockBytes<kT>;
   static constexpr int kRows = 32 / kLpr;  ///< rows per chunk
   /// Bytes of one row's piece in a stage: kLpr blocks, the start's offset in its 16-byte word
   /// (< 16) and slack for the Q6_K reads up to 2 bytes past a block, rounded up to 16.
@@ -61,10 +62,21 @@ struct LaneGeom {
   static constexpr int kStage = kRows * kPiece;
 };
 
+/// Two weight types in one grid (the q/k/v projections of a K-quant mix, e.g. Q4_K q and k with a
+/// Q6_K v): the segments of the first type come first and fill row groups [0, groups_a) (their
+/// rows_a rows, row_bytes of the batch); the rows of the other segments (row_bytes_b) start a
+/// new group at groups_a, so every group has one type. One type: groups_a = all groups.
+struct LaneMix {
+  int64_t groups_a;
+  int64_t rows_a;
+  int64_t rows_total;
+  int64_t row_bytes_b;
+};
+
 /// Row slot j (0 .. kRows - 1) of row group g: its weights' first byte, the end of its tensor, and
 /// the segment row its output goes to (with glu, the gate segment's). False past the last row.
-template <int kRows, bool kGlu>
-__device__ __forceinline__ bool slot_row(const MmvqBatch& b, int64_t g, int j, const uint8_t** w,
+template <int kRows, bool kGlu, bool kMixed>
+__device__ __forceinline__ bool slot_row(const MmvqBatch& b, const LaneMix& mx, int64_t g, int j, const uint8_t** w,
                                          const uint8_t** end, SegRow* out) {
   if constexpr (kGlu) {
     const int64_t row = g * (kRows / 2) + j / 2;
@@ -74,10 +86,19 @@ __device__ __forceinline__ bool slot_row(const MmvqBatch& b, int64_t g, int j, c
     *w = base + row * b.row_bytes;
     *end = base + b.seg[0].m * b.row_bytes;
     return true;
-  } else {
+  } else if constexpr (!kMixed) {
     if (!find_segment(b, g * kRows + j, out)) return false;
     *w = out->w + out->row * b.row_bytes;
     *end = out->w + out->m * b.row_bytes;
+    return true;
+  } else {
+    int64_t r;
+    bool second;
+    if (!lane_mixed_row(mx.groups_a, mx.rows_a, mx.rows_total, kRows, g, j, &r, &second)) return false;
+    if (!find_segment(b, r, out)) return false;
+    const int64_t rb = second ? mx.row_bytes_b : b.row_bytes;
+    *w = out->w + out->row * rb;
+    *end = out->w + out->m * rb;
     return true;
   }
 }
@@ -99,51 +120,97 @@ struct ChunkPos {
   int64_t g;
   int r;
   int s;
-  __device__ __forceinline__ void next(int rounds, int stages) {
+  __device__ __forceinline__ void next(int rounds, int stages, int64_t g_step) {
     if (++r == rounds) {
       r = 0;
-      ++g;
+      g += g_step;
     }
     if (++s == stages) s = 0;
   }
 };
 
-template <TensorType kType, int kLpr, bool kGlu>
+/// Warp wg asks the L2 cache for its share of the L2Ahead bytes (l2_share_bounds; one lane
+/// calls). The ranges are read with constant indices: a kernel parameter indexed at run time
+/// would be copied to local memory.
+__device__ __forceinline__ void l2_prefetch_share(const L2Ahead& a, int64_t wg) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  uint64_t lo, hi;
+  l2_share_bounds(a.bytes[0], a.n > 1 ? a.bytes[1] : 0u, a.n > 2 ? a.bytes[2] : 0u, a.words_per_warp, wg, &lo, &hi);
+  uint64_t base = 0;
+#pragma unroll
+  for (int i = 0; i < 3; ++i) {
+    if (i >= a.n) break;
+    const uint64_t b0 = base, b1 = base + a.bytes[i];
+    base = b1;
+    const uint64_t s = lo > b0 ? lo : b0, e = hi < b1 ? hi : b1;
+    if (s >= e) continue;
+    const auto* p = static_cast<const uint8_t*>(a.p[i]) + (s - b0);
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(static_cast<uint32_t>(e - s)) : "memory");
+  }
+#else
+  (void)a, (void)wg;
+#endif
+}
+
+/// Bytes of one ring stage of a grid of types kType and kTypeB: the larger stage.
+template <TensorType kType, TensorType kTypeB, int kLpr>
+inline constexpr int kStageMax = LaneGeom<kType, kLpr>::kStage > LaneGeom<kTypeB, kLpr>::kStage
+                                     ? LaneGeom<kType, kLpr>::kStage
+                                     : LaneGeom<kTypeB, kLpr>::kStage;
+
+// kRoundRobin: the round-robin deal of row groups and the L2 prefetch of `ahead` when done (a
+// separate instantiation, so that the default one compiles to the contiguous-run code alone).
+template <TensorType kType, TensorType kTypeB, int kLpr, bool kGlu, bool kRoundRobin>
 __global__ void __launch_bounds__(kMaxWarps * 32)
     mmvq_lane_kernel(const MmvqBatch b, const Q8KView acts, const float* __restrict__ xf, int64_t n_groups,
-                     int64_t groups_per_warp, int stages) {
+                     int64_t groups_per_warp, int stages, const L2Ahead ahead, const LaneMix mx) {
   using G = LaneGeom<kType, kLpr>;
+  using GB = LaneGeom<kTypeB, kLpr>;
+  constexpr bool kMixed = kType != kTypeB;
+  static_assert(!(kMixed && kGlu), "a SwiGLU grid has one weight type");
+  constexpr int kStage = kStageMax<kType, kTypeB, kLpr>;
   extern __shared__ __align__(16) uint8_t smem[];
   const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
   const int bw = static_cast<int>(blockDim.x >> 5);  // warps per block
   const int nb = static_cast<int>(b.k / 256);
   const int rounds = kLpr == 32 ? (nb + 31) / 32 : 1;
-  uint8_t* ring = smem + static_cast<size_t>(warp) * stages * G::kStage;
-  uint8_t* act = smem + static_cast<size_t>(bw) * stages * G::kStage;
+  uint8_t* ring = smem + static_cast<size_t>(warp) * stages * kStage;
+  uint8_t* act = smem + static_cast<size_t>(bw) * stages * kStage;
   const int64_t wg = static_cast<int64_t>(blockIdx.x) * bw + warp;
-  const int64_t g_begin = wg * groups_per_warp;
-  const int64_t g_end = g_begin + groups_per_warp < n_groups ? g_begin + groups_per_warp : n_groups;
-  const int n_chunks = g_end > g_begin ? static_cast<int>(g_end - g_begin) * rounds : 0;
+  const LaneWarpRun run = lane_warp_run(kRoundRobin ? 1 : 0, wg, static_cast<int64_t>(gridDim.x) * bw, n_groups,
+                                        groups_per_warp);
+  const int64_t g_begin = run.first, g_step = kRoundRobin ? run.step : 1;
+  const int n_chunks = static_cast<int>(run.count) * rounds;
 
-  // Issues the copies of the chunk at p (whole warp).
-  auto issue = [&](const ChunkPos& p) {
+  // Issues the copies of the chunk at p (whole warp), with the geometry of the group's type.
+  auto issue_as = [&](auto geom, const ChunkPos& p) {
+    using GG = decltype(geom);
     const int t0 = p.r * 32;
     const int nbr = nb - t0 < kLpr ? nb - t0 : kLpr;
 #pragma unroll
-    for (int j = 0; j < G::kRows; ++j) {
+    for (int j = 0; j < GG::kRows; ++j) {
       const uint8_t *w, *end;
       SegRow sr;
-      if (!slot_row<G::kRows, kGlu>(b, p.g, j, &w, &end, &sr)) continue;
-      const uint8_t* start = w + static_cast<int64_t>(t0) * G::kBytes;
+      if (!slot_row<GG::kRows, kGlu, kMixed>(b, mx, p.g, j, &w, &end, &sr)) continue;
+      const uint8_t* start = w + static_cast<int64_t>(t0) * GG::kBytes;
       const uint8_t* base = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(start) & ~uintptr_t{15});
-      const int words = static_cast<int>((start - base) + nbr * G::kBytes + 15) >> 4;
-      uint8_t* dst = ring + p.s * G::kStage + j * G::kPiece;
+      const int words = static_cast<int>((start - base) + nbr * GG::kBytes + 15) >> 4;
+      uint8_t* dst = ring + p.s * kStage + j * GG::kPiece;
       for (int i = lane; i < words; i += 32) {
         const uint8_t* src = base + 16 * i;
         const int64_t rem = end - src;
         cp_async16(dst + 16 * i, src, rem >= 16 ? 16 : static_cast<int>(rem));
       }
     }
+  };
+  auto issue = [&](const ChunkPos& p) {
+    if constexpr (kMixed) {
+      if (p.g >= mx.groups_a) {
+        issue_as(GB{}, p);
+        return;
+      }
+    }
+    issue_as(G{}, p);
   };
 
   // Chunks 0 .. stages - 2 before waiting on the previous kernel: the weights are constant.
@@ -152,7 +219,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
   for (int s = 0; s + 1 < stages; ++s) {
     if (issued < n_chunks) {
       issue(ip);
-      ip.next(rounds, stages);
+      ip.next(rounds, stages, g_step);
       ++issued;
     }
     cp_async_commit();
@@ -226,7 +293,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
   for (int c = 0; c < n_chunks; ++c) {
     if (issued < n_chunks) {
       issue(ip);
-      ip.next(rounds, stages);
+      ip.next(rounds, stages, g_step);
       ++issued;
     }
     cp_async_commit();
@@ -235,13 +302,27 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
     const int t0 = cp.r * 32;
     const uint8_t *w, *end;
     SegRow sr;
-    const bool valid = slot_row<G::kRows, kGlu>(b, cp.g, j, &w, &end, &sr);
+    const bool valid = slot_row<G::kRows, kGlu, kMixed>(b, mx, cp.g, j, &w, &end, &sr);
     const int t = t0 + h;
     if (valid && t < nb) {
-      const uint8_t* start = w + static_cast<int64_t>(t0) * G::kBytes;
-      const uint8_t* ws = ring + cp.s * G::kStage + j * G::kPiece + (reinterpret_cast<uintptr_t>(start) & 15u) +
-                          h * G::kBytes;
-      acc = __fadd_rn(acc, lane_term<kType>(ws, act + t * kLaneActStride));
+      // The term of super-block t of this lane's row from the stage, in the layout of the group's
+      // type. (A lambda only where two types exist: its mere presence moved ptxas' register
+      // allocation of the one-type kernels.)
+      if constexpr (kMixed) {
+        auto term_as = [&](auto geom) {
+          using GG = decltype(geom);
+          const uint8_t* start = w + static_cast<int64_t>(t0) * GG::kBytes;
+          const uint8_t* ws = ring + cp.s * kStage + j * GG::kPiece + (reinterpret_cast<uintptr_t>(start) & 15u) +
+                              h * GG::kBytes;
+          return lane_term<GG::kType>(ws, act + t * kLaneActStride);
+        };
+        acc = __fadd_rn(acc, cp.g >= mx.groups_a ? term_as(GB{}) : term_as(G{}));
+      } else {
+        const uint8_t* start = w + static_cast<int64_t>(t0) * G::kBytes;
+        const uint8_t* ws = ring + cp.s * kStage + j * G::kPiece + (reinterpret_cast<uintptr_t>(start) & 15u) +
+                            h * G::kBytes;
+        acc = __fadd_rn(acc, lane_term<kType>(ws, act + t * kLaneActStride));
+      }
     }
     __syncwarp();  // the stage is refilled by the next iteration's issue
     if (cp.r == rounds - 1) {
@@ -268,8 +349,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
       }
       acc = 0.0f;
     }
-    cp.next(rounds, stages);
+    cp.next(rounds, stages, g_step);
   }
+  if constexpr (kRoundRobin)
+    if (ahead.n > 0 && lane == 0) l2_prefetch_share(ahead, wg);
   if constexpr (kGlu) flush();
 }
 
@@ -290,15 +373,32 @@ int blocks_per_sm(const void* func, size_t smem, int bw) {
   return n;
 }
 
-template <TensorType kType, int kLpr, bool kGlu>
-bool launch_lpr(const MmvqBatch& b, const Q8KView& acts, const float* xf, cudaStream_t stream, int stages,
-                int block_warps, int64_t max_warps, const char* site, bool* launched) {
+template <TensorType kType, TensorType kTypeB, int kLpr, bool kGlu>
+bool launch_lpr(const MmvqBatch& b, int seg_b, int64_t row_bytes_b, const Q8KView& acts, const float* xf,
+                cudaStream_t stream, const LaneTuning& tu, const char* site, bool* launched) {
+  const int stages = tu.stages, block_warps = tu.block_warps;
+  const int64_t max_warps = tu.max_warps;
   using G = LaneGeom<kType, kLpr>;
-  const auto func = mmvq_lane_kernel<kType, kLpr, kGlu>;
+  constexpr size_t kStage = kStageMax<kType, kTypeB, kLpr>;
+  const auto func = tu.split == 1 ? mmvq_lane_kernel<kType, kTypeB, kLpr, kGlu, true>
+                                  : mmvq_lane_kernel<kType, kTypeB, kLpr, kGlu, false>;
   const int64_t nb = b.k / 256;
-  const int64_t rows = kGlu ? b.seg[0].m : batch_rows(b);
-  const int64_t per_group = kGlu ? G::kRows / 2 : G::kRows;
-  const int64_t n_groups = (rows + per_group - 1) / per_group;
+  // Row groups: with glu kRows / 2 (gate, up) row pairs each; otherwise kRows rows, the first
+  // type's segments [0, seg_b) first and the second type's from a new group on (LaneMix).
+  LaneMix mx{0, 0, 0, row_bytes_b};
+  int64_t n_groups = 0;
+  if constexpr (kGlu) {
+    n_groups = (b.seg[0].m + G::kRows / 2 - 1) / (G::kRows / 2);
+    mx.groups_a = n_groups;
+    mx.rows_a = mx.rows_total = b.seg[0].m;
+  } else {
+    for (int i = 0; i < b.n_seg; ++i) {
+      if (i < seg_b) mx.rows_a += b.seg[i].m;
+      mx.rows_total += b.seg[i].m;
+    }
+    mx.groups_a = (mx.rows_a + G::kRows - 1) / G::kRows;
+    n_groups = mx.groups_a + (mx.rows_total - mx.rows_a + G::kRows - 1) / G::kRows;
+  }
   // The deepest ring (from `stages` down to 2) whose shared memory was opted in and fits an SM.
   // Warps per block: by default up to 16 for long rows (their activations take up to 22 KiB per
   // block, and a wide block pays that once for all its warps) and up to 8 for the others
@@ -308,70 +408,112 @@ bool launch_lpr(const MmvqBatch& b, const Q8KView& acts, const float* xf, cudaSt
   const size_t smem_max = context_smem_optin_max();
   for (int s = stages; s >= 2; --s) {
     int bw = want_bw;
-    while (bw > 1 && static_cast<size_t>(bw) * s * G::kStage + act_bytes > smem_max) --bw;
-    const size_t smem = static_cast<size_t>(bw) * s * G::kStage + act_bytes;
+    while (bw > 1 && static_cast<size_t>(bw) * s * kStage + act_bytes > smem_max) --bw;
+    const size_t smem = static_cast<size_t>(bw) * s * kStage + act_bytes;
     if (!smem_opted_in(reinterpret_cast<const void*>(func), smem)) continue;
     const int per_sm = blocks_per_sm(reinterpret_cast<const void*>(func), smem, bw);
     if (per_sm < 1) continue;
     int64_t fit = static_cast<int64_t>(per_sm) * context_sm_count() * bw;
     if (max_warps > 0 && fit > max_warps) fit = max_warps;
-    const int64_t gpw = (n_groups + fit - 1) / fit;  // groups per warp
-    const int64_t warps = (n_groups + gpw - 1) / gpw;
+    const int64_t gpw = (n_groups + fit - 1) / fit;  // groups per warp (contiguous split)
+    const int64_t warps = tu.split == 0 ? (n_groups + gpw - 1) / gpw : (n_groups < fit ? n_groups : fit);
     const auto blocks = static_cast<unsigned>((warps + bw - 1) / bw);
+    L2Ahead ahead = tu.ahead;
+    ahead.words_per_warp = l2_words_per_warp(ahead.bytes, ahead.n, static_cast<int64_t>(blocks) * bw);
     *launched = true;
-    launch_pdl(func, dim3(blocks), dim3(bw * 32), smem, stream, b, acts, xf, n_groups, gpw, s);
+    launch_pdl(func, dim3(blocks), dim3(bw * 32), smem, stream, b, acts, xf, n_groups, gpw, s, ahead, mx);
     return MINFER_LAUNCH_CHECK(site);
   }
   return true;  // nothing fits: *launched stays false
 }
 
-template <TensorType kType>
-bool launch_type(const MmvqBatch& b, const Q8KView& acts, const float* xf, cudaStream_t stream, int stages,
-                 int block_warps, int64_t max_warps, const char* const (&sites)[2], bool* launched) {
+template <TensorType kType, TensorType kTypeB = kType>
+bool launch_type(const MmvqBatch& b, int seg_b, int64_t row_bytes_b, const Q8KView& acts, const float* xf,
+                 cudaStream_t stream, const LaneTuning& tu, const char* const (&sites)[2], bool* launched) {
   const int64_t nb = b.k / 256;
-  if (b.glu) {
-    if (nb <= 8) return launch_lpr<kType, 8, true>(b, acts, xf, stream, stages, block_warps, max_warps, sites[1], launched);
-    if (nb <= 16) return launch_lpr<kType, 16, true>(b, acts, xf, stream, stages, block_warps, max_warps, sites[1], launched);
-    return true;  // a gate/up pair of longer rows would not fit one chunk: the direct kernels
+  if constexpr (kType == kTypeB) {
+    if (b.glu) {
+      if (nb <= 8) return launch_lpr<kType, kType, 8, true>(b, seg_b, row_bytes_b, acts, xf, stream, tu, sites[1], launched);
+      if (nb <= 16) return launch_lpr<kType, kType, 16, true>(b, seg_b, row_bytes_b, acts, xf, stream, tu, sites[1], launched);
+      return true;  // a gate/up pair of longer rows would not fit one chunk: the direct kernels
+    }
   }
-  if (nb <= 8) return launch_lpr<kType, 8, false>(b, acts, xf, stream, stages, block_warps, max_warps, sites[0], launched);
-  if (nb <= 16) return launch_lpr<kType, 16, false>(b, acts, xf, stream, stages, block_warps, max_warps, sites[0], launched);
-  return launch_lpr<kType, 32, false>(b, acts, xf, stream, stages, block_warps, max_warps, sites[0], launched);
+  if (nb <= 8) return launch_lpr<kType, kTypeB, 8, false>(b, seg_b, row_bytes_b, acts, xf, stream, tu, sites[0], launched);
+  if (nb <= 16) return launch_lpr<kType, kTypeB, 16, false>(b, seg_b, row_bytes_b, acts, xf, stream, tu, sites[0], launched);
+  return launch_lpr<kType, kTypeB, 32, false>(b, seg_b, row_bytes_b, acts, xf, stream, tu, sites[0], launched);
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-template <TensorType kType, int kLpr, bool kGlu>
+template <TensorType kType, int kLpr, bool kGlu, TensorType kTypeB = kType, bool kRoundRobin = false>
 SmemOptin optin(const char* site) {
-  return {site, reinterpret_cast<const void*>(&mmvq_lane_kernel<kType, kLpr, kGlu>), 0};
+  return {site, reinterpret_cast<const void*>(&mmvq_lane_kernel<kType, kTypeB, kLpr, kGlu, kRoundRobin>), 0};
+}
+
+/// The checks both entry points share: n = 1, whole super-blocks, 1..3 segments (glu: two of
+/// equal m), 16-byte aligned weights and activations. The launch normalizes the tuning.
+bool lane_applies(const MmvqBatch& b, const Q8KView& acts, const float* xf) {
+  if (b.n != 1 || b.k < 256 || b.k % 256 != 0 || b.n_seg < 1 || b.n_seg > kMmvqMaxSegments ||
+      (b.glu && (b.n_seg != 2 || b.seg[1].m != b.seg[0].m)))
+    return false;
+  for (int s = 0; s < b.n_seg; ++s)
+    if (!aligned16(b.seg[s].w)) return false;
+  return xf != nullptr ? aligned16(xf)
+                       : aligned16(acts.qs) && aligned16(acts.bsums) && (reinterpret_cast<uintptr_t>(acts.d) & 3u) == 0;
+}
+
+LaneTuning normalized(const LaneTuning& tuning) {
+  // Ring depth 2 for every type: it leaves room for more warps per SM. Q6_K first
+  // (docs/perf/2026-12-01-mmvq-lane.md); Q4_K/Q5_K had 3 until Qwen3-8B Q4_K_M decoded 3.5% faster
+  // with 2 (7B and 1.5B within the noise or slightly faster; docs/perf/2026-12-01-lane-blocks.md).
+  LaneTuning tu = tuning;
+  if (tu.stages < 2 || tu.stages > 4) tu.stages = 2;
+  if (tu.split != 1) tu.split = 0;
+  if (tu.ahead.n < 0 || tu.ahead.n > 3) tu.ahead.n = 0;
+  return tu;
 }
 
 }  // namespace
 
 bool launch_mmvq_lane(TensorType type, const MmvqBatch& b, const Q8KView& acts, const float* xf, cudaStream_t stream,
-                      int stages, int block_warps, int64_t max_warps, bool* launched) {
+                      const LaneTuning& tuning, bool* launched) {
   static const char* const kQ4[2] = {"mmvq_lane_q4_K", "mmvq_lane_glu_q4_K"};
   static const char* const kQ5[2] = {"mmvq_lane_q5_K", "mmvq_lane_glu_q5_K"};
   static const char* const kQ6[2] = {"mmvq_lane_q6_K", "mmvq_lane_glu_q6_K"};
   *launched = false;
   if (type != TensorType::Q4_K && type != TensorType::Q5_K && type != TensorType::Q6_K) return true;
-  if (b.n != 1 || b.k < 256 || b.k % 256 != 0 || b.n_seg < 1 || b.n_seg > kMmvqMaxSegments ||
-      (b.glu && (b.n_seg != 2 || b.seg[1].m != b.seg[0].m)))
-    return true;
-  for (int s = 0; s < b.n_seg; ++s)
-    if (!aligned16(b.seg[s].w)) return true;
-  if (xf != nullptr ? !aligned16(xf)
-                    : !aligned16(acts.qs) || !aligned16(acts.bsums) || (reinterpret_cast<uintptr_t>(acts.d) & 3u) != 0)
-    return true;
-  // Ring depth 2 for every type: it leaves room for more warps per SM. Q6_K first
-  // (docs/perf/2026-12-01-mmvq-lane.md); Q4_K/Q5_K had 3 until Qwen3-8B Q4_K_M decoded 3.5% faster
-  // with 2 (7B and 1.5B within the noise or slightly faster; docs/perf/2026-12-01-lane-blocks.md).
-  if (stages < 2 || stages > 4) stages = 2;
+  if (!lane_applies(b, acts, xf)) return true;
+  const LaneTuning tu = normalized(tuning);
+  const int sb = b.n_seg;  // one type: every segment is of the first
   switch (type) {
-    case TensorType::Q4_K: return launch_type<TensorType::Q4_K>(b, acts, xf, stream, stages, block_warps, max_warps, kQ4, launched);
-    case TensorType::Q5_K: return launch_type<TensorType::Q5_K>(b, acts, xf, stream, stages, block_warps, max_warps, kQ5, launched);
-    default: return launch_type<TensorType::Q6_K>(b, acts, xf, stream, stages, block_warps, max_warps, kQ6, launched);
+    case TensorType::Q4_K: return launch_type<TensorType::Q4_K>(b, sb, b.row_bytes, acts, xf, stream, tu, kQ4, launched);
+    case TensorType::Q5_K: return launch_type<TensorType::Q5_K>(b, sb, b.row_bytes, acts, xf, stream, tu, kQ5, launched);
+    default: return launch_type<TensorType::Q6_K>(b, sb, b.row_bytes, acts, xf, stream, tu, kQ6, launched);
   }
+}
+
+bool lane_mixed_pair(TensorType type_a, TensorType type_b) {
+  using T = TensorType;
+  return (type_a == T::Q4_K && (type_b == T::Q5_K || type_b == T::Q6_K)) || (type_a == T::Q5_K && type_b == T::Q6_K);
+}
+
+bool launch_mmvq_lane_mixed(TensorType type_a, TensorType type_b, const MmvqBatch& b, int seg_b, int64_t row_bytes_b,
+                            const Q8KView& acts, const float* xf, cudaStream_t stream, const LaneTuning& tuning,
+                            bool* launched) {
+  static const char* const kQ4Q5[2] = {"mmvq_lane_q4_K_q5_K", "mmvq_lane_q4_K_q5_K"};
+  static const char* const kQ4Q6[2] = {"mmvq_lane_q4_K_q6_K", "mmvq_lane_q4_K_q6_K"};
+  static const char* const kQ5Q6[2] = {"mmvq_lane_q5_K_q6_K", "mmvq_lane_q5_K_q6_K"};
+  *launched = false;
+  if (!lane_mixed_pair(type_a, type_b) || b.glu || seg_b < 1 || seg_b >= b.n_seg || !lane_applies(b, acts, xf) ||
+      row_bytes_b != static_cast<int64_t>(b.k / 256) * (type_b == TensorType::Q5_K ? 176 : 210))
+    return true;
+  const LaneTuning tu = normalized(tuning);
+  using T = TensorType;
+  if (type_a == T::Q4_K && type_b == T::Q5_K)
+    return launch_type<T::Q4_K, T::Q5_K>(b, seg_b, row_bytes_b, acts, xf, stream, tu, kQ4Q5, launched);
+  if (type_a == T::Q4_K)
+    return launch_type<T::Q4_K, T::Q6_K>(b, seg_b, row_bytes_b, acts, xf, stream, tu, kQ4Q6, launched);
+  return launch_type<T::Q5_K, T::Q6_K>(b, seg_b, row_bytes_b, acts, xf, stream, tu, kQ5Q6, launched);
 }
 
 std::span<const SmemOptin> mmvq_lane_smem_optins() {
@@ -391,6 +533,39 @@ std::span<const SmemOptin> mmvq_lane_smem_optins() {
       optin<TensorType::Q6_K, 16, false>("mmvq_lane_q6_K_16"),
       optin<TensorType::Q6_K, 16, true>("mmvq_lane_glu_q6_K_16"),
       optin<TensorType::Q6_K, 32, false>("mmvq_lane_q6_K_32"),
+      optin<TensorType::Q4_K, 8, false, TensorType::Q5_K>("mmvq_lane_q4_K_q5_K_8"),
+      optin<TensorType::Q4_K, 16, false, TensorType::Q5_K>("mmvq_lane_q4_K_q5_K_16"),
+      optin<TensorType::Q4_K, 32, false, TensorType::Q5_K>("mmvq_lane_q4_K_q5_K_32"),
+      optin<TensorType::Q4_K, 8, false, TensorType::Q6_K>("mmvq_lane_q4_K_q6_K_8"),
+      optin<TensorType::Q4_K, 16, false, TensorType::Q6_K>("mmvq_lane_q4_K_q6_K_16"),
+      optin<TensorType::Q4_K, 32, false, TensorType::Q6_K>("mmvq_lane_q4_K_q6_K_32"),
+      optin<TensorType::Q5_K, 8, false, TensorType::Q6_K>("mmvq_lane_q5_K_q6_K_8"),
+      optin<TensorType::Q5_K, 16, false, TensorType::Q6_K>("mmvq_lane_q5_K_q6_K_16"),
+      optin<TensorType::Q5_K, 32, false, TensorType::Q6_K>("mmvq_lane_q5_K_q6_K_32"),
+      optin<TensorType::Q4_K, 8, false, TensorType::Q4_K, true>("mmvq_lane_q4_K_8_rr"),
+      optin<TensorType::Q4_K, 8, true, TensorType::Q4_K, true>("mmvq_lane_glu_q4_K_8_rr"),
+      optin<TensorType::Q4_K, 16, false, TensorType::Q4_K, true>("mmvq_lane_q4_K_16_rr"),
+      optin<TensorType::Q4_K, 16, true, TensorType::Q4_K, true>("mmvq_lane_glu_q4_K_16_rr"),
+      optin<TensorType::Q4_K, 32, false, TensorType::Q4_K, true>("mmvq_lane_q4_K_32_rr"),
+      optin<TensorType::Q5_K, 8, false, TensorType::Q5_K, true>("mmvq_lane_q5_K_8_rr"),
+      optin<TensorType::Q5_K, 8, true, TensorType::Q5_K, true>("mmvq_lane_glu_q5_K_8_rr"),
+      optin<TensorType::Q5_K, 16, false, TensorType::Q5_K, true>("mmvq_lane_q5_K_16_rr"),
+      optin<TensorType::Q5_K, 16, true, TensorType::Q5_K, true>("mmvq_lane_glu_q5_K_16_rr"),
+      optin<TensorType::Q5_K, 32, false, TensorType::Q5_K, true>("mmvq_lane_q5_K_32_rr"),
+      optin<TensorType::Q6_K, 8, false, TensorType::Q6_K, true>("mmvq_lane_q6_K_8_rr"),
+      optin<TensorType::Q6_K, 8, true, TensorType::Q6_K, true>("mmvq_lane_glu_q6_K_8_rr"),
+      optin<TensorType::Q6_K, 16, false, TensorType::Q6_K, true>("mmvq_lane_q6_K_16_rr"),
+      optin<TensorType::Q6_K, 16, true, TensorType::Q6_K, true>("mmvq_lane_glu_q6_K_16_rr"),
+      optin<TensorType::Q6_K, 32, false, TensorType::Q6_K, true>("mmvq_lane_q6_K_32_rr"),
+      optin<TensorType::Q4_K, 8, false, TensorType::Q5_K, true>("mmvq_lane_q4_K_q5_K_8_rr"),
+      optin<TensorType::Q4_K, 16, false, TensorType::Q5_K, true>("mmvq_lane_q4_K_q5_K_16_rr"),
+      optin<TensorType::Q4_K, 32, false, TensorType::Q5_K, true>("mmvq_lane_q4_K_q5_K_32_rr"),
+      optin<TensorType::Q4_K, 8, false, TensorType::Q6_K, true>("mmvq_lane_q4_K_q6_K_8_rr"),
+      optin<TensorType::Q4_K, 16, false, TensorType::Q6_K, true>("mmvq_lane_q4_K_q6_K_16_rr"),
+      optin<TensorType::Q4_K, 32, false, TensorType::Q6_K, true>("mmvq_lane_q4_K_q6_K_32_rr"),
+      optin<TensorType::Q5_K, 8, false, TensorType::Q6_K, true>("mmvq_lane_q5_K_q6_K_8_rr"),
+      optin<TensorType::Q5_K, 16, false, TensorType::Q6_K, true>("mmvq_lane_q5_K_q6_K_16_rr"),
+      optin<TensorType::Q5_K, 32, false, TensorType::Q6_K, true>("mmvq_lane_q5_K_q6_K_32_rr"),
   };
   return list;
 }

@@ -203,6 +203,65 @@ MM_UNROLL
   return q6k_quarter_term(d, da, ssum - 32 * bsum);
 }
 
+// ---- the grid's deal of work (host-checked by mmvq_emulate.cu) ------------------------------
+
+/// The row groups warp wg of the n_warps in a lane-kernel grid computes: first, first + step, ...
+/// (count of them). split 0: the contiguous run [wg g, min(wg g + g, n_groups)) of g =
+/// groups_per_warp groups; split 1: round robin, groups wg, wg + n_warps, wg + 2 n_warps, ...
+/// below n_groups (the grid's first wave then reads the first n_warps groups: a prefix of the
+/// rows). Either way every group belongs to exactly one warp.
+struct LaneWarpRun {
+  int64_t first;
+  int64_t step;
+  int64_t count;
+};
+MM_HD LaneWarpRun lane_warp_run(int split, int64_t wg, int64_t n_warps, int64_t n_groups, int64_t groups_per_warp) {
+  if (split == 0) {
+    const int64_t first = wg * groups_per_warp;
+    const int64_t end = first + groups_per_warp < n_groups ? first + groups_per_warp : n_groups;
+    return {first, 1, end > first ? end - first : 0};
+  }
+  // 32-bit division (grids and row groups stay far below 2^32).
+  return {wg, n_warps,
+          wg < n_groups ? static_cast<int64_t>(static_cast<uint32_t>(n_groups - 1 - wg) / static_cast<uint32_t>(n_warps)) + 1
+                        : 0};
+}
+
+/// The grid row of slot j (0 .. k_rows - 1) of row group g in a grid of two weight types: groups
+/// [0, groups_a) hold the first type's rows_a rows, k_rows a group (the last one may be partial);
+/// the second type's rows (rows_total - rows_a of them) start at group groups_a =
+/// ceil(rows_a / k_rows), so no group mixes the types. False for a slot past its type's rows;
+/// otherwise *row is the row in the concatenation of all segments and *second tells its type.
+MM_HD bool lane_mixed_row(int64_t groups_a, int64_t rows_a, int64_t rows_total, int k_rows, int64_t g, int j,
+                          int64_t* row, bool* second) {
+  *second = g >= groups_a;
+  *row = *second ? rows_a + (g - groups_a) * k_rows + j : g * k_rows + j;
+  return *row < (*second ? rows_total : rows_a);
+}
+
+/// 16-byte words of the L2 prefetch each warp of an n_warps grid takes (host side): the ranges'
+/// n lengths (multiples of 16) in words, divided by the warps, rounded up.
+inline uint32_t l2_words_per_warp(const uint32_t* bytes, int n, int64_t n_warps) {
+  uint64_t words = 0;
+  for (int i = 0; i < n; ++i) words += bytes[i] / 16;
+  return n_warps > 0 ? static_cast<uint32_t>((words + static_cast<uint64_t>(n_warps) - 1) / static_cast<uint64_t>(n_warps))
+                     : 0u;
+}
+
+/// The bytes [*lo, *hi) of the concatenation of the ranges of lengths b0, b1, b2 (multiples of 16;
+/// 0 for an absent range) that warp wg asks the L2 cache for: words [wg q, (wg + 1) q) of q =
+/// words_per_warp (l2_words_per_warp), clamped to the total, so the shares of the grid's warps
+/// tile it in 16-byte words (the last ones may be empty). Multiplications only: no 64-bit
+/// division in the kernel.
+MM_HD void l2_share_bounds(uint32_t b0, uint32_t b1, uint32_t b2, uint32_t words_per_warp, int64_t wg, uint64_t* lo,
+                           uint64_t* hi) {
+  const uint64_t total = static_cast<uint64_t>(b0) + b1 + b2;
+  const uint64_t q = static_cast<uint64_t>(words_per_warp) * 16;
+  const uint64_t l = static_cast<uint64_t>(wg) * q, h = l + q;
+  *lo = l < total ? l : total;
+  *hi = h < total ? h : total;
+}
+
 /// The term of super-block w (kType's alignment as above) times activation block a.
 template <TensorType kType>
 MM_HD float lane_term(const uint8_t* w, const uint8_t* a) {
