@@ -7,7 +7,15 @@
 #            (direct launches: absolute times include launch gaps)
 #   bench    tg128 (-p 0 -n 128 -r 3) on the ANCHORS.md rows through scripts/device_bench.sh
 #   sweep    decode attention ranges (MINFER_CUDA_ATTN_CHUNK) at 4096 cells of context on 7B
+#   trace    kernel timelines of a 7B Q4_K_M decode (tools/cuda_trace through CUDA_INJECTION64_PATH)
+#            at the defaults and with the decode switches below, summarized by
+#            scripts/trace_summary.py (per-kernel critical-path steps) into OUTDIR/trace_*.txt
+#   ab       interleaved A/B rounds (ROUNDS, default 2) of tg128 on 7B and 8B Q4_K_M: the defaults
+#            against MINFER_CUDA_MMVQ_LANE_SPLIT=1 (round robin), + MINFER_CUDA_L2_AHEAD_MB=8/16/32,
+#            MINFER_CUDA_MMVQ_LANE_MIXED=1 and all of them together; a table at the end
+#   sanitize compute-sanitizer memcheck and racecheck over the lane-kernel suites
 #
+# Models: the speed stages use `synth --distinct-rows 64` files (benchmark shapes, seconds to make).
 #   scripts/decode_session.sh VOCAB.gguf OUTDIR [stage...]
 # Models go to MODELS_DIR (default /tmp/minfer-models), made by `minfer synth` when missing.
 set -uo pipefail
@@ -30,6 +38,24 @@ model() {  # arch preset type -> path (made when missing)
     || { echo "decode_session: synth $2 $3 failed" >&2; return 1; }
   echo "$f"
 }
+
+fast_model() {  # arch preset type -> path of a --distinct-rows 64 file (made when missing)
+  local f="$models/$2-$3-dr64.gguf"
+  [[ -f $f ]] || "$bin/minfer" synth --arch "$1" --preset "$2" --type "$3" --seed 1 --distinct-rows 64 --vocab "$vocab" \
+    -o "$f" >/dev/null 2>&1 || { echo "decode_session: synth $2 $3 failed" >&2; return 1; }
+  echo "$f"
+}
+
+# The decode switches the trace and ab stages compare: label, then the variables.
+variants=(
+  "default|"
+  "rr|MINFER_CUDA_MMVQ_LANE_SPLIT=1"
+  "rr_l2_8|MINFER_CUDA_MMVQ_LANE_SPLIT=1 MINFER_CUDA_L2_AHEAD_MB=8"
+  "rr_l2_16|MINFER_CUDA_MMVQ_LANE_SPLIT=1 MINFER_CUDA_L2_AHEAD_MB=16"
+  "rr_l2_32|MINFER_CUDA_MMVQ_LANE_SPLIT=1 MINFER_CUDA_L2_AHEAD_MB=32"
+  "mixed|MINFER_CUDA_MMVQ_LANE_MIXED=1"
+  "all_16|MINFER_CUDA_MMVQ_LANE_MIXED=1 MINFER_CUDA_MMVQ_LANE_SPLIT=1 MINFER_CUDA_L2_AHEAD_MB=16"
+)
 
 for stage in "${stages[@]}"; do
   case $stage in
@@ -58,6 +84,64 @@ for stage in "${stages[@]}"; do
         printf 'MINFER_CUDA_ATTN_CHUNK=%-4s ' "$chunk"
         MINFER_CUDA_ATTN_CHUNK=$chunk "$bin/minfer" bench -m "$f" --device cuda -p 0 -n 32 -d 4096 -r 2 -o jsonl \
           | python3 -c 'import json,sys; [print(f"{json.loads(l)[\"avg_ts\"]:.1f} t/s") for l in sys.stdin if l.strip()]'
+      done
+      ;;
+    trace)
+      echo "==== trace: 7B Q4_K_M, 48 decode tokens, kernel timelines"
+      f=$(fast_model qwen2 qwen2.5-7b q4_K_M) || continue
+      lib=$PWD/$bin/libminfer_cuda_trace.so
+      [[ -f $lib ]] || { echo "decode_session: no $lib (a bundle built without CUPTI)"; continue; }
+      for v in "${variants[@]}"; do
+        label=${v%%|*} vars=${v#*|}
+        env $vars CUDA_INJECTION64_PATH="$lib" MINFER_CUDA_TRACE_OUT="$out/trace_$label.csv" \
+          "$bin/minfer" bench -m "$f" --device cuda -p 0 -n 48 -r 1 -o jsonl >/dev/null 2>"$out/trace_$label.err"
+        python3 scripts/trace_summary.py "$out/trace_$label.csv" --positions >"$out/trace_$label.txt" 2>&1
+        rm -f "$out/trace_$label.csv"
+        echo "== $label ($vars)"
+        sed -n '2,3p' "$out/trace_$label.txt"
+        grep -A12 '^count' "$out/trace_$label.txt"
+      done
+      ;;
+    ab)
+      echo "==== ab: tg128, interleaved rounds"
+      f7=$(fast_model qwen2 qwen2.5-7b q4_K_M) || continue
+      f8=$(fast_model qwen3 qwen3-8b q4_K_M) || continue
+      : >"$out/ab.txt"
+      for ((r = 1; r <= ${ROUNDS:-2}; r++)); do
+        for f in "$f7" "$f8"; do
+          for v in "${variants[@]}"; do
+            label=${v%%|*} vars=${v#*|}
+            env $vars "$bin/minfer" bench -m "$f" --device cuda -p 0 -n 128 -r 5 -o jsonl 2>/dev/null |
+              python3 -c 'import json,sys
+for l in sys.stdin:
+  if l.strip(): print(sys.argv[1], sys.argv[2], "%.1f" % json.loads(l)["avg_ts"])' "$(basename "$f" .gguf)" "$label" |
+              tee -a "$out/ab.txt"
+          done
+        done
+      done
+      python3 - "$out/ab.txt" <<'PY'
+import sys, statistics
+from collections import defaultdict
+runs = defaultdict(list)
+for line in open(sys.argv[1]):
+    m, label, ts = line.split()
+    runs[(m, label)].append(float(ts))
+for m in sorted({k[0] for k in runs}):
+    base = statistics.median(runs[(m, "default")]) if (m, "default") in runs else None
+    for (mm, label), v in runs.items():
+        if mm != m: continue
+        med = statistics.median(v)
+        rel = f"{100 * (med / base - 1):+.1f}%" if base else ""
+        print(f"{m:28s} {label:10s} median {med:8.1f} t/s  {rel:>7s}  runs {' '.join(f'{x:.1f}' for x in v)}")
+PY
+      ;;
+    sanitize)
+      echo "==== sanitize: memcheck and racecheck over the lane-kernel suites"
+      [[ -z "${MINFER_SHARED_DIR:-}" && -d shared ]] && export MINFER_SHARED_DIR=$PWD/shared
+      for tool in memcheck racecheck; do
+        compute-sanitizer --tool $tool --print-limit 20 "$bin/minfer_tests" --gtest_color=no --gtest_brief=1 \
+          --gtest_filter='*CudaMmvqLane*:CudaLaneSchedule*' >"$out/sanitize_$tool.log" 2>&1
+        echo "$tool: exit $?, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize_$tool.log" | tail -1)"
       done
       ;;
     *) echo "decode_session: unknown stage $stage" >&2; exit 2 ;;
