@@ -4,6 +4,7 @@
 #include <cmath>
 #include <initializer_list>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/kernels/attn_decode.cuh"
@@ -485,6 +486,17 @@ void op_matmul_add(const OpArgs& a) {
   product_then_residual(a, 0, a.in(1), qx, n, a.in(2), &cursor);
 }
 
+/// FusedQKV's projection j (0 q, 1 k, 2 v) as a matmul output into its plane, with its bias.
+MatmulOut qkv_out(const OpArgs& a, int j, float* const (&planes)[3]) {
+  MatmulOut o;
+  o.w = a.in<void>(1 + j);
+  o.m = a.s(1 + j).ne[1];
+  o.y = planes[j];
+  o.ldy = o.m;
+  o.bias = a.n.p.has_bias ? a.in(4 + j) : nullptr;
+  return o;
+}
+
 /// Decode (one token) FusedQKV whose projections have exactly two K-quant types that the lane
 /// kernel takes in one grid (matmul_fused_mixed): the first type's projections, then the
 /// other's, with their biases, reading one quantized x (qx[0], or quantized here into the
@@ -492,6 +504,7 @@ void op_matmul_add(const OpArgs& a) {
 /// when that one launch ran.
 bool qkv_in_one_mixed_launch(const OpArgs& a, int64_t k, const float* x, float* const (&planes)[3], const void* (&qx)[3],
                              size_t* cursor) {
+  if (env_int("MINFER_CUDA_MMVQ_LANE_MIXED", 0) == 0) return false;  // off: the per-type launches, as before
   const TensorType t0 = a.s(1).type;
   TensorType t1 = t0;
   for (int j = 1; j < 3; ++j)
@@ -506,15 +519,8 @@ bool qkv_in_one_mixed_launch(const OpArgs& a, int64_t k, const float* x, float* 
   MatmulOut outs[3];
   int n_outs = 0, count_a = 0;
   for (const TensorType t : {ta, tb}) {
-    for (int j = 0; j < 3; ++j) {
-      if (a.s(1 + j).type != t) continue;
-      MatmulOut& o = outs[n_outs++];
-      o.w = a.in<void>(1 + j);
-      o.m = a.s(1 + j).ne[1];
-      o.y = planes[j];
-      o.ldy = o.m;
-      o.bias = a.n.p.has_bias ? a.in(4 + j) : nullptr;
-    }
+    for (int j = 0; j < 3; ++j)
+      if (a.s(1 + j).type == t) outs[n_outs++] = qkv_out(a, j, planes);
     if (t == ta) count_a = n_outs;  // outs[0, count_a) hold type ta
   }
   if (qx[0] == nullptr) {
@@ -553,15 +559,8 @@ void op_fused_qkv(const OpArgs& a) {
     if (qx[p] == nullptr) qx[p] = quantize_into(a, t, x, k, n, &cursor);
     MatmulOut outs[3];
     int n_outs = 0;
-    for (int j = p; j < 3; ++j) {
-      if (a.s(1 + j).type != t) continue;
-      MatmulOut& o = outs[n_outs++];
-      o.w = a.in<void>(1 + j);
-      o.m = a.s(1 + j).ne[1];
-      o.y = planes[j];
-      o.ldy = o.m;
-      o.bias = a.n.p.has_bias ? a.in(4 + j) : nullptr;
-    }
+    for (int j = p; j < 3; ++j)
+      if (a.s(1 + j).type == t) outs[n_outs++] = qkv_out(a, j, planes);
     // The L2 hint of this group's launch: the projections a later launch computes, else the
     // next node's product.
     L2AheadHint later;
