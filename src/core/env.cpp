@@ -47,7 +47,7 @@ constexpr std::array kTable = {
            "tuning: 1 = the CUDA f16/bf16 prefill GEMM uses its sm_90a warpgroup-MMA (wgmma) build on H100/H200, 0 = its mma.sync build (A/B)",
            EnvKind::Int, "0|1"},
     EnvVar{"MINFER_CUDA_L2_AHEAD_MB", "0",
-           "tuning: MiB of the next decode product's weights that the CUDA one-super-block-per-lane kernel asks the L2 cache to fetch when its warps finish (0 = none; A/B)",
+           "tuning: MiB of the next decode product's weights that the CUDA one-super-block-per-lane kernel asks the L2 cache to fetch when its warps finish (0 = none; implies MINFER_CUDA_MMVQ_LANE_SPLIT=1; A/B)",
            EnvKind::Int, nullptr, 0, 48},
     EnvVar{"MINFER_CUDA_MMQ_TILE", "0",
            "CUDA MMQ token tile: 0 = chosen per shape, 32, 64 or 128 = always that tile (A/B measurements)", EnvKind::Int,

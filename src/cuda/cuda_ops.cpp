@@ -677,15 +677,17 @@ OpFn find_op(Op op) {
 
 namespace {
 
-/// The weights the first matrix product after node `id` (before node `end`) reads first: a
-/// MatMul's or MatMulAdd's matrix, FusedQKV's q, k, v matrices in grid order, FusedFFN's gate
-/// and up side by side. Empty when none follows within 16 nodes.
+/// The weights the first matrix product after node `id` (before node `end`, the split's end)
+/// reads first: a MatMul's or MatMulAdd's matrix, FusedQKV's q, k, v matrices in grid order,
+/// FusedFFN's gate and up side by side. Empty when none follows within the next 16 nodes that
+/// compute (dead nodes, leaves such as the next layer's weights, and aliases do not count).
 L2AheadHint next_product_weights(const Graph& g, const graph::ExecPlan& plan, NodeId id, size_t end) {
   L2AheadHint h;
-  const size_t stop = std::min(end, static_cast<size_t>(id) + 17);
-  for (size_t j = static_cast<size_t>(id) + 1; j < stop; ++j) {
+  int computing = 0;
+  for (size_t j = static_cast<size_t>(id) + 1; j < end && computing < 16; ++j) {
     const Node& n = g.nodes()[j];
-    if (n.dead) continue;
+    if (n.dead || graph::op_is_leaf(n.op) || graph::op_is_alias(n.op)) continue;
+    ++computing;
     int first = -1, count = 0;
     if (n.op == Op::MatMul || n.op == Op::MatMulAdd) first = 0, count = 1;
     if (n.op == Op::FusedQKV) first = 1, count = 3;
@@ -712,9 +714,13 @@ void CudaBackend::run_node(const Graph& g, const graph::ExecPlan& plan, NodeId i
   if (const cudaError_t e = take_latched_error(); e != cudaSuccess)
     fail("node {} ({}): a CUDA error was latched before its launch (raised by an earlier call, "
          "not by this node): {}", n.name, graph::op_name(n.op), cuda_error_text(e));
+  // The L2 hint the node's matmul launches pass on is this thread's until the node returns or
+  // throws.
+  struct HintReset {
+    ~HintReset() { set_l2_ahead_hint({}); }
+  } reset;
   fn(OpArgs{g, plan, n, id, stream_, static_cast<uint8_t*>(scratch_), fault_dev_, ctx_.info().sm_count, attn_chunk_,
             attn_head_slices_, flash_attn_, next_product_weights(g, plan, id, end)});
-  set_l2_ahead_hint({});
 }
 
 void CudaBackend::run_direct(const Graph& g, const graph::ExecPlan& plan, size_t begin, size_t end) {

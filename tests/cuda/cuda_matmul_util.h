@@ -18,6 +18,7 @@
 
 #include "core/fp16.h"
 #include "core/thread_pool.h"
+#include "cuda/kernels/matmul.cuh"
 #include "cpu/kernels.h"
 #include "quant/quant.h"
 
@@ -49,6 +50,15 @@ class CudaStreamTest : public ::testing::TestWithParam<Param> {
   do {                               \
     if (!::minfer::test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";  \
   } while (0)
+
+/// Clears this thread's L2 prefetch hint (cuda::set_l2_ahead_hint) when it goes out of scope, so
+/// a failed assertion cannot leave a hint naming freed buffers to later launches.
+struct ScopedL2Hint {
+  ScopedL2Hint() = default;
+  ScopedL2Hint(const ScopedL2Hint&) = delete;
+  ScopedL2Hint& operator=(const ScopedL2Hint&) = delete;
+  ~ScopedL2Hint() { cuda::set_l2_ahead_hint({}); }
+};
 
 /// cudaMalloc'ed bytes, freed on scope exit. `offset` shifts the pointer handed out (to test
 /// misaligned tensors); the allocation is `offset` bytes larger.

@@ -16,8 +16,10 @@
 #include <vector>
 
 #include "cuda/kernels/hgemm.cuh"
+#include "cuda/kernels/matmul.cuh"
 #include "cuda_matmul_util.h"
 #include "cuda_test_util.h"
+#include "../gguf_test_util.h"
 #include "quant/quant.h"
 
 namespace minfer {
@@ -163,6 +165,50 @@ TEST_P(CudaFusion, FusedLayerIsBitwiseEqualToTheUnfusedLayer) {
     }
 }
 
+// The decode switches of the lane kernel (docs/cuda.md) through the ops: q/k/v of two types in
+// one grid (MINFER_CUDA_MMVQ_LANE_MIXED; the q4_K_m sets have a Q6_K v, q6_K_qk a Q6_K q/k and a
+// Q4_K v, so the grid's first type is the v), the round-robin deal, and the L2 prefetch of the
+// next product's weights as the executor names them (FusedQKV -> o-proj -> gate/up -> down).
+// The fused decode layer must keep its bits under each; for the two-type sets the mixed launch
+// must really run (a failure injected at its site fails the layer).
+TEST_P(CudaFusion, DecodeLaneSwitchesKeepTheFusedBits) {
+  MINFER_REQUIRE_CUDA();
+  const TypeSet ts = GetParam();
+  const LayerWeights lw(ts.qk, ts.v, ts.o, ts.gu, ts.d);
+  const auto x = test::random_floats(static_cast<size_t>(kEmbd), 620);
+  const auto make = [&] { return layer_graph(lw, 1, x); };
+  cpu::CpuBackend cpu(1);
+  cuda::CudaBackend dev;
+  const auto want = test::run_graph(make, graph::BackendKind::Cuda, cpu, &dev, 1, true);
+  ASSERT_EQ(want.outputs.size(), 3u);
+  // {MIXED, SPLIT, L2_AHEAD_MB}
+  const char* const modes[][3] = {{"1", "0", "0"}, {"0", "1", "0"}, {"0", "0", "16"}, {"1", "1", "16"}};
+  for (const auto& m : modes) {
+    SCOPED_TRACE(std::string(ts.name) + " MIXED=" + m[0] + " SPLIT=" + m[1] + " L2_AHEAD_MB=" + m[2]);
+    test::ScopedEnv mixed("MINFER_CUDA_MMVQ_LANE_MIXED", m[0]);
+    test::ScopedEnv split("MINFER_CUDA_MMVQ_LANE_SPLIT", m[1]);
+    test::ScopedEnv ahead("MINFER_CUDA_L2_AHEAD_MB", m[2]);
+    cuda::CudaBackend dev2;
+    const auto got = test::run_graph(make, graph::BackendKind::Cuda, cpu, &dev2, 2, true);
+    ASSERT_EQ(got.outputs.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(test::bytes_equal(got.outputs[i], want.outputs[i])) << "output " << i;
+  }
+  // The grid's first type is the pair's first (matmul_mixed_pair), whichever projection has it.
+  const bool fwd = cuda::matmul_mixed_pair(ts.qk, ts.v);
+  if (fwd || cuda::matmul_mixed_pair(ts.v, ts.qk)) {
+    const TensorType first = fwd ? ts.qk : ts.v, second = fwd ? ts.v : ts.qk;
+    const std::string site =
+        std::string("mmvq_lane_") + std::string(type_name(first)) + "_" + std::string(type_name(second));
+    test::ScopedEnv mixed("MINFER_CUDA_MMVQ_LANE_MIXED", "1");
+    test::ScopedEnv inject("MINFER_CUDA_FAIL_LAUNCH", site.c_str());
+    cuda::CudaBackend dev3;
+    EXPECT_NE(test::error_of([&] { test::run_graph(make, graph::BackendKind::Cuda, cpu, &dev3, 1, true); })
+                  .find(site),
+              std::string::npos)
+        << "the q/k/v projections did not run as one grid at " << site;
+  }
+}
+
 TEST_P(CudaFusion, TheFusionPassCreatesTheFusedOps) {
   MINFER_REQUIRE_CUDA();
   const TypeSet ts = GetParam();
@@ -201,6 +247,8 @@ TEST_P(CudaFusion, TheFusionPassCreatesTheFusedOps) {
 INSTANTIATE_TEST_SUITE_P(
     WeightMixes, CudaFusion,
     ::testing::Values(TypeSet{"q4_K_m", TensorType::Q4_K, TensorType::Q6_K, TensorType::Q4_K, TensorType::Q4_K,
+                              TensorType::Q6_K},
+                      TypeSet{"q6_K_qk", TensorType::Q6_K, TensorType::Q4_K, TensorType::Q4_K, TensorType::Q4_K,
                               TensorType::Q6_K},
                       TypeSet{"q8_0", TensorType::Q8_0, TensorType::Q8_0, TensorType::Q8_0, TensorType::Q8_0,
                               TensorType::Q8_0},

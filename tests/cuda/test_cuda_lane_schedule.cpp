@@ -26,11 +26,12 @@ TEST(CudaLaneSchedule, every_row_group_goes_to_exactly_one_warp_under_both_deals
         SCOPED_TRACE("split " + std::to_string(split) + " groups " + std::to_string(n_groups) + " fit " +
                      std::to_string(fit));
         // The launcher's grid (mmvq_lane.cu launch_lpr): contiguous runs of ceil(n / fit) groups,
-        // or round robin over min(n, fit) warps; blocks of 8 warps round the grid up.
+        // or round robin over min(n, fit) warps; blocks of 8 warps round the grid up, and the
+        // warps past the launcher's count must get nothing.
         const int64_t gpw = (n_groups + fit - 1) / fit;
         const int64_t warps = split == 0 ? (n_groups + gpw - 1) / gpw : (n_groups < fit ? n_groups : fit);
         const int64_t grid_warps = (warps + 7) / 8 * 8;
-        const std::vector<int> visits = cuda::mm::lane_group_visits(split, grid_warps, n_groups, gpw);
+        const std::vector<int> visits = cuda::mm::lane_group_visits(split, grid_warps, warps, n_groups, gpw);
         ASSERT_EQ(visits.size(), static_cast<size_t>(n_groups)) << "a warp was dealt a group outside the grid";
         for (int64_t g = 0; g < n_groups; ++g) ASSERT_EQ(visits[static_cast<size_t>(g)], 1) << "group " << g;
       }

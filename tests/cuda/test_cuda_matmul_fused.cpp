@@ -310,8 +310,9 @@ TEST_P(CudaMmvqLane, one_super_block_per_lane_gives_the_bits_of_the_direct_kerne
     // direct kernels, then the lane kernel at every ring depth, with grids of 1, 3 and 5 warps
     // (rings wrap, SwiGLU batches flush), blocks of 1, 4 and 16 warps (warps without a row group
     // still copy activations), the round-robin deal of row groups (with grids of 3 and 5 warps
-    // every warp strides through the rows), and the L2 prefetch of a hinted next product (here
-    // the test's own weights; a hint must not change a bit).
+    // every warp strides through the rows; a full grid deals one group per warp), and the L2
+    // prefetch of a hinted next product (here the test's own weights; a hint must not change a
+    // bit; it implies the round-robin deal, so the last mode is round robin on a 3-warp grid).
     const char* const modes[][6] = {
         {"0", "0", "0", "0", "0", "0"}, {"1", "2", "0", "0", "0", "0"}, {"1", "3", "0", "0", "0", "0"},
         {"1", "4", "0", "0", "0", "0"}, {"1", "3", "1", "0", "0", "0"}, {"1", "2", "3", "0", "0", "0"},
@@ -336,6 +337,7 @@ TEST_P(CudaMmvqLane, one_super_block_per_lane_gives_the_bits_of_the_direct_kerne
         hint.n = 2;
       }
       cuda::set_l2_ahead_hint(hint);
+      const test::ScopedL2Hint clear_hint;  // cleared on every exit of this mode
       const int64_t ms[4] = {m0, m1, m2, m0};
       auto out = [](int64_t m) { return DeviceBuffer(static_cast<size_t>(m + kPad) * 4); };
       DeviceBuffer dy[4] = {out(m0), out(m1), out(m2), out(m0)};
@@ -397,7 +399,6 @@ TEST_P(CudaMmvqLane, one_super_block_per_lane_gives_the_bits_of_the_direct_kerne
         EXPECT_TRUE(outputs_equal(got[static_cast<size_t>(i)], want[static_cast<size_t>(i)], ms[i], 1))
             << what[i] << ", from f32 x";
       }
-      cuda::set_l2_ahead_hint({});
     }
   }
 }
@@ -406,8 +407,9 @@ TEST_P(CudaMmvqLane, one_super_block_per_lane_gives_the_bits_of_the_direct_kerne
 // MINFER_CUDA_MMVQ_LANE_MIXED=1) gives every output the bits of one matmul_fused launch per type:
 // two segments of the first type (bias on the first) and one of the second (with a bias), and
 // one of the first with two of the second; row counts that leave the last row group of each
-// type partial; 8, 16 and 32 lanes per row; the round-robin deal with the L2 prefetch; and a grid
-// of 3 warps (each walks groups of both types). The launch must really be the mixed one.
+// type partial; 8, 16 and 32 lanes per row; the round-robin deal with the L2 prefetch; grids of 3
+// warps, contiguous (a warp's run crosses from one type to the other) and round robin. The
+// launch must really be the mixed one.
 struct MixedPair {
   TensorType a, b;
 };
@@ -479,12 +481,12 @@ TEST_P(CudaMmvqLaneMixed, two_types_in_one_grid_give_the_bits_of_one_launch_per_
         hint.bytes[0] = w[0].size();
         hint.n = 1;
         cuda::set_l2_ahead_hint(hint);
+        const test::ScopedL2Hint clear_hint;
         std::vector<std::unique_ptr<DeviceBuffer>> dy;
         cuda::MatmulOut o[3];
         outs_for(dy, o);
         bool ran = false;
         ASSERT_TRUE(cuda::matmul_fused_mixed(ta, tb, k, o, n_a, 3, dq.get(), stream_, &ran));
-        cuda::set_l2_ahead_hint({});
         ASSERT_TRUE(ran) << "the mixed launch declined";
         ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
         for (int i = 0; i < 3; ++i) {

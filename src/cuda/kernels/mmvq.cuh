@@ -125,7 +125,9 @@ struct LaneTuning {
                           ///< (narrowed until the block's shared memory fits)
   int64_t max_warps = 0;  ///< > 0: at most this many warps in the grid (tests: each warp walks many row groups)
   int split = 0;          ///< row groups per warp: 0 = a contiguous run, 1 = round robin (w, w + W, ...)
-  L2Ahead ahead;          ///< the next product's first weight bytes, prefetched into L2 at the end
+  L2Ahead ahead;          ///< the next product's first weight bytes, prefetched into L2 at the end;
+                          ///< ranges that are null, empty, misaligned or not a multiple of 16 bytes
+                          ///< are dropped, and any that remain imply split = 1
 };
 
 /// The decode MMVQ with one super-block per lane (mmvq_lane.cu): Q4_K, Q5_K, Q6_K, n = 1, every

@@ -418,9 +418,10 @@ bool emulate_mmvq(TensorType type, const void* w, int64_t k, int64_t m, const vo
   return false;
 }
 
-std::vector<int> lane_group_visits(int split, int64_t n_warps, int64_t n_groups, int64_t groups_per_warp) {
+std::vector<int> lane_group_visits(int split, int64_t grid_warps, int64_t n_warps, int64_t n_groups,
+                                   int64_t groups_per_warp) {
   std::vector<int> visits(static_cast<size_t>(n_groups), 0);
-  for (int64_t wg = 0; wg < n_warps; ++wg) {
+  for (int64_t wg = 0; wg < grid_warps; ++wg) {
     const LaneWarpRun run = lane_warp_run(split, wg, n_warps, n_groups, groups_per_warp);
     for (int64_t i = 0; i < run.count; ++i) {
       const int64_t g = run.first + i * run.step;

@@ -27,9 +27,11 @@ bool host_activations_from_blocks(TensorType type, const void* blocks, int64_t k
 bool emulate_mmvq(TensorType type, const void* w, int64_t k, int64_t m, const void* acts,
                   int64_t n, float* y, int64_t ldy);
 
-/// How many warps of an n_warps lane-kernel grid the kernel's deal (mmvq_lane.cuh
-/// lane_warp_run, split 0 or 1) gives each of n_groups row groups to: every entry must be 1.
-std::vector<int> lane_group_visits(int split, int64_t n_warps, int64_t n_groups, int64_t groups_per_warp);
+/// How many warps of a lane-kernel grid of grid_warps warps (whole blocks), of which the launcher
+/// counts n_warps, the kernel's deal (mmvq_lane.cuh lane_warp_run, split 0 or 1) gives each of
+/// n_groups row groups to: every entry must be 1.
+std::vector<int> lane_group_visits(int split, int64_t grid_warps, int64_t n_warps, int64_t n_groups,
+                                   int64_t groups_per_warp);
 
 /// How often the mixed-type deal (mmvq_lane.cuh lane_mixed_row) maps a slot of its n_groups =
 /// ceil(rows_a / k_rows) + ceil((rows_total - rows_a) / k_rows) row groups to each grid row

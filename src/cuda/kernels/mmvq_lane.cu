@@ -163,7 +163,7 @@ inline constexpr int kStageMax = LaneGeom<kType, kLpr>::kStage > LaneGeom<kTypeB
 template <TensorType kType, TensorType kTypeB, int kLpr, bool kGlu, bool kRoundRobin>
 __global__ void __launch_bounds__(kMaxWarps * 32)
     mmvq_lane_kernel(const MmvqBatch b, const Q8KView acts, const float* __restrict__ xf, int64_t n_groups,
-                     int64_t groups_per_warp, int stages, const L2Ahead ahead, const LaneMix mx) {
+                     int64_t groups_per_warp, int64_t n_warps, int stages, const L2Ahead ahead, const LaneMix mx) {
   using G = LaneGeom<kType, kLpr>;
   using GB = LaneGeom<kTypeB, kLpr>;
   constexpr bool kMixed = kType != kTypeB;
@@ -177,8 +177,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
   uint8_t* ring = smem + static_cast<size_t>(warp) * stages * kStage;
   uint8_t* act = smem + static_cast<size_t>(bw) * stages * kStage;
   const int64_t wg = static_cast<int64_t>(blockIdx.x) * bw + warp;
-  const LaneWarpRun run = lane_warp_run(kRoundRobin ? 1 : 0, wg, static_cast<int64_t>(gridDim.x) * bw, n_groups,
-                                        groups_per_warp);
+  const LaneWarpRun run = lane_warp_run(kRoundRobin ? 1 : 0, wg, n_warps, n_groups, groups_per_warp);
   const int64_t g_begin = run.first, g_step = kRoundRobin ? run.step : 1;
   const int n_chunks = static_cast<int>(run.count) * rounds;
 
@@ -380,6 +379,8 @@ bool launch_lpr(const MmvqBatch& b, int seg_b, int64_t row_bytes_b, const Q8KVie
   const int64_t max_warps = tu.max_warps;
   using G = LaneGeom<kType, kLpr>;
   constexpr size_t kStage = kStageMax<kType, kTypeB, kLpr>;
+  // The round-robin instantiation also carries the L2 prefetch (normalized(): a prefetch implies
+  // round robin, whose first wave reads the prefix the previous kernel prefetched).
   const auto func = tu.split == 1 ? mmvq_lane_kernel<kType, kTypeB, kLpr, kGlu, true>
                                   : mmvq_lane_kernel<kType, kTypeB, kLpr, kGlu, false>;
   const int64_t nb = b.k / 256;
@@ -421,7 +422,7 @@ bool launch_lpr(const MmvqBatch& b, int seg_b, int64_t row_bytes_b, const Q8KVie
     L2Ahead ahead = tu.ahead;
     ahead.words_per_warp = l2_words_per_warp(ahead.bytes, ahead.n, static_cast<int64_t>(blocks) * bw);
     *launched = true;
-    launch_pdl(func, dim3(blocks), dim3(bw * 32), smem, stream, b, acts, xf, n_groups, gpw, s, ahead, mx);
+    launch_pdl(func, dim3(blocks), dim3(bw * 32), smem, stream, b, acts, xf, n_groups, gpw, warps, s, ahead, mx);
     return MINFER_LAUNCH_CHECK(site);
   }
   return true;  // nothing fits: *launched stays false
@@ -469,7 +470,19 @@ LaneTuning normalized(const LaneTuning& tuning) {
   LaneTuning tu = tuning;
   if (tu.stages < 2 || tu.stages > 4) tu.stages = 2;
   if (tu.split != 1) tu.split = 0;
-  if (tu.ahead.n < 0 || tu.ahead.n > 3) tu.ahead.n = 0;
+  // Prefetch ranges: only non-empty, 16-byte aligned ones whose length is a multiple of 16 (what
+  // cp.async.bulk.prefetch requires); any left implies the round-robin deal.
+  L2Ahead a;
+  for (int i = 0; i < (tuning.ahead.n < 3 ? tuning.ahead.n : 3); ++i) {
+    const void* p = tuning.ahead.p[i];
+    const uint32_t n = tuning.ahead.bytes[i];
+    if (p == nullptr || n == 0 || n % 16 != 0 || !aligned16(p)) continue;
+    a.p[a.n] = p;
+    a.bytes[a.n] = n;
+    ++a.n;
+  }
+  tu.ahead = a;
+  if (a.n > 0) tu.split = 1;
   return tu;
 }
 
@@ -500,9 +513,10 @@ bool lane_mixed_pair(TensorType type_a, TensorType type_b) {
 bool launch_mmvq_lane_mixed(TensorType type_a, TensorType type_b, const MmvqBatch& b, int seg_b, int64_t row_bytes_b,
                             const Q8KView& acts, const float* xf, cudaStream_t stream, const LaneTuning& tuning,
                             bool* launched) {
-  static const char* const kQ4Q5[2] = {"mmvq_lane_q4_K_q5_K", "mmvq_lane_q4_K_q5_K"};
-  static const char* const kQ4Q6[2] = {"mmvq_lane_q4_K_q6_K", "mmvq_lane_q4_K_q6_K"};
-  static const char* const kQ5Q6[2] = {"mmvq_lane_q5_K_q6_K", "mmvq_lane_q5_K_q6_K"};
+  // launch_type's site pair is (plain, SwiGLU); a two-type grid is never SwiGLU.
+  static const char* const kQ4Q5[2] = {"mmvq_lane_q4_K_q5_K", nullptr};
+  static const char* const kQ4Q6[2] = {"mmvq_lane_q4_K_q6_K", nullptr};
+  static const char* const kQ5Q6[2] = {"mmvq_lane_q5_K_q6_K", nullptr};
   *launched = false;
   if (!lane_mixed_pair(type_a, type_b) || b.glu || seg_b < 1 || seg_b >= b.n_seg || !lane_applies(b, acts, xf) ||
       row_bytes_b != static_cast<int64_t>(b.k / 256) * (type_b == TensorType::Q5_K ? 176 : 210))

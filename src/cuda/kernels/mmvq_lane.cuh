@@ -205,11 +205,12 @@ MM_UNROLL
 
 // ---- the grid's deal of work (host-checked by mmvq_emulate.cu) ------------------------------
 
-/// The row groups warp wg of the n_warps in a lane-kernel grid computes: first, first + step, ...
-/// (count of them). split 0: the contiguous run [wg g, min(wg g + g, n_groups)) of g =
-/// groups_per_warp groups; split 1: round robin, groups wg, wg + n_warps, wg + 2 n_warps, ...
-/// below n_groups (the grid's first wave then reads the first n_warps groups: a prefix of the
-/// rows). Either way every group belongs to exactly one warp.
+/// The row groups warp wg of a lane-kernel grid computes: first, first + step, ... (count of them).
+/// split 0: the contiguous run [wg g, min(wg g + g, n_groups)) of g = groups_per_warp groups;
+/// split 1: round robin over the grid's first n_warps warps (the launcher's count, which the
+/// grid's whole blocks may exceed: warps from n_warps on get nothing), groups wg, wg + n_warps,
+/// wg + 2 n_warps, ... below n_groups (the grid's first wave then reads the first n_warps groups:
+/// a prefix of the rows). Either way every group belongs to exactly one warp.
 struct LaneWarpRun {
   int64_t first;
   int64_t step;
@@ -221,10 +222,10 @@ MM_HD LaneWarpRun lane_warp_run(int split, int64_t wg, int64_t n_warps, int64_t 
     const int64_t end = first + groups_per_warp < n_groups ? first + groups_per_warp : n_groups;
     return {first, 1, end > first ? end - first : 0};
   }
+  if (wg >= n_warps || wg >= n_groups) return {wg, n_warps, 0};
   // 32-bit division (grids and row groups stay far below 2^32).
   return {wg, n_warps,
-          wg < n_groups ? static_cast<int64_t>(static_cast<uint32_t>(n_groups - 1 - wg) / static_cast<uint32_t>(n_warps)) + 1
-                        : 0};
+          static_cast<int64_t>(static_cast<uint32_t>(n_groups - 1 - wg) / static_cast<uint32_t>(n_warps)) + 1};
 }
 
 /// The grid row of slot j (0 .. k_rows - 1) of row group g in a grid of two weight types: groups
