@@ -38,8 +38,10 @@ size_t align_up(size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
 
 const Node& src(const Graph& g, const Node& n, int i) { return g.node(n.src[static_cast<size_t>(i)]); }
 
-/// Bytes of the weight tensor w (its type's row bytes times its rows).
+/// Bytes of the weight tensor w (its type's row bytes times its rows), for the L2 prefetch
+/// hints; 0 (no hint) for a row that is not whole blocks, which preparing the graph refuses anyway.
 size_t weight_bytes(const Node& w) {
+  if (w.ne[0] < 0 || w.ne[0] % static_cast<int64_t>(type_traits(w.type).block_size) != 0) return 0;
   return row_bytes(w.type, w.ne[0]) * static_cast<size_t>(w.ne[1] * w.ne[2] * w.ne[3]);
 }
 
