@@ -45,6 +45,14 @@ size_t weight_bytes(const Node& w) {
   return row_bytes(w.type, w.ne[0]) * static_cast<size_t>(w.ne[1] * w.ne[2] * w.ne[3]);
 }
 
+/// Appends the weight tensor w, at device address p, to the hint h (at most 3 ranges).
+void hint_add(L2AheadHint& h, const void* p, const Node& w) {
+  if (h.n >= 3) return;
+  h.w[h.n] = p;
+  h.bytes[h.n] = weight_bytes(w);
+  ++h.n;
+}
+
 AttnShape attn_shape(const Graph& g, const Node& n) {
   AttnShape s;
   s.n_tok = src(g, n, 0).ne[1];
@@ -567,11 +575,7 @@ void op_fused_qkv(const OpArgs& a) {
     // next node's product.
     L2AheadHint later;
     for (int j = p + 1; j < 3; ++j)
-      if (!done[j] && a.s(1 + j).type != t) {
-        later.w[later.n] = a.in<void>(1 + j);
-        later.bytes[later.n] = weight_bytes(a.s(1 + j));
-        ++later.n;
-      }
+      if (!done[j] && a.s(1 + j).type != t) hint_add(later, a.in<void>(1 + j), a.s(1 + j));
     set_l2_ahead_hint(later.n > 0 ? later : a.next);
     const bool f16 = f16_gemm_serves(t, k, n);
     if (f16 || matmul_fused_serves(t, k, outs, n_outs, n)) {
@@ -616,9 +620,7 @@ void op_fused_ffn(const OpArgs& a) {
   auto* gate = reinterpret_cast<float*>(a.scratch + cursor);
   cursor += align_up(static_cast<size_t>(ff * n) * sizeof(float));
   L2AheadHint down;  // read after gate/up
-  down.w[0] = a.in<void>(3);
-  down.bytes[0] = weight_bytes(a.s(3));
-  down.n = 1;
+  hint_add(down, a.in<void>(3), a.s(3));
   set_l2_ahead_hint(down);
   if (tu == tg && matmul_fused_supported(tg, k, n)) {
     launched(matmul_swiglu(tg, k, ff, a.in<void>(1), a.in<void>(2), qg, n, gate, ff, nullptr, 0, a.stream), a);
@@ -695,11 +697,7 @@ L2AheadHint next_product_weights(const Graph& g, const graph::ExecPlan& plan, No
     if (n.op == Op::FusedQKV) first = 1, count = 3;
     if (n.op == Op::FusedFFN) first = 1, count = 2, h.side_by_side = true;
     if (first < 0) continue;
-    for (int s = first; s < first + count; ++s) {
-      h.w[h.n] = plan.src_data(g, n, s);
-      h.bytes[h.n] = weight_bytes(src(g, n, s));
-      ++h.n;
-    }
+    for (int s = first; s < first + count; ++s) hint_add(h, plan.src_data(g, n, s), src(g, n, s));
     return h;
   }
   return h;

@@ -71,6 +71,12 @@ TEST(CudaLaneSchedule, l2_prefetch_shares_tile_the_requested_bytes) {
         at = hi;
       }
       EXPECT_EQ(at, total) << "the shares do not end at the last byte";
+      // Cut per range as the kernel issues them: every word of every range requested once.
+      const auto words = cuda::mm::l2_request_word_visits(bytes, warps);
+      ASSERT_EQ(words.size(), bytes.size());
+      for (size_t r = 0; r < words.size(); ++r)
+        for (size_t w = 0; w < words[r].size(); ++w)
+          ASSERT_EQ(words[r][w], 1) << "range " << r << " word " << w;
     }
 }
 

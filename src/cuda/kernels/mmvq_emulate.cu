@@ -460,4 +460,26 @@ std::vector<std::pair<uint64_t, uint64_t>> l2_share_intervals(const std::vector<
   return out;
 }
 
+std::vector<std::vector<int>> l2_request_word_visits(const std::vector<uint32_t>& bytes, int64_t n_warps) {
+  std::vector<std::vector<int>> visits;
+  for (const uint32_t b : bytes) visits.emplace_back(b / 16, 0);
+  for (const auto& [lo, hi] : l2_share_intervals(bytes, n_warps)) {
+    uint64_t base = 0;
+    for (size_t r = 0; r < bytes.size(); ++r) {
+      uint64_t off = 0;
+      uint32_t n = 0;
+      l2_range_piece(lo, hi, base, bytes[r], &off, &n);
+      base += bytes[r];
+      if (n == 0) continue;
+      std::vector<int>& v = visits[r];
+      if (off % 16 != 0 || n % 16 != 0 || off + n > bytes[r]) {
+        v.assign(v.size(), -1);
+        continue;
+      }
+      for (uint64_t w = off / 16; w < (off + n) / 16; ++w) ++v[w];
+    }
+  }
+  return visits;
+}
+
 }  // namespace minfer::cuda::mm

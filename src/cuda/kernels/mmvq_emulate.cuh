@@ -43,4 +43,9 @@ std::vector<int> lane_mixed_row_visits(int64_t rows_a, int64_t rows_total, int k
 /// grid asks the L2 cache for (mmvq_lane.cuh l2_share_bounds; at most 3 ranges), in warp order.
 std::vector<std::pair<uint64_t, uint64_t>> l2_share_intervals(const std::vector<uint32_t>& bytes, int64_t n_warps);
 
+/// How often the warps' prefetch requests, cut per range as the kernel cuts them
+/// (l2_range_piece), name each 16-byte word of each range (every entry must be 1), and -1 at a
+/// word of a request that is misaligned or runs past its range.
+std::vector<std::vector<int>> l2_request_word_visits(const std::vector<uint32_t>& bytes, int64_t n_warps);
+
 }  // namespace minfer::cuda::mm

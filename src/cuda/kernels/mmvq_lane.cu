@@ -140,12 +140,13 @@ __device__ __forceinline__ void l2_prefetch_share(const L2Ahead& a, int64_t wg) 
 #pragma unroll
   for (int i = 0; i < 3; ++i) {
     if (i >= a.n) break;
-    const uint64_t b0 = base, b1 = base + a.bytes[i];
-    base = b1;
-    const uint64_t s = lo > b0 ? lo : b0, e = hi < b1 ? hi : b1;
-    if (s >= e) continue;
-    const auto* p = static_cast<const uint8_t*>(a.p[i]) + (s - b0);
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(static_cast<uint32_t>(e - s)) : "memory");
+    uint64_t off;
+    uint32_t n;
+    l2_range_piece(lo, hi, base, a.bytes[i], &off, &n);
+    base += a.bytes[i];
+    if (n == 0) continue;
+    const auto* p = static_cast<const uint8_t*>(a.p[i]) + off;
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(n) : "memory");
   }
 #else
   (void)a, (void)wg;

@@ -263,6 +263,14 @@ MM_HD void l2_share_bounds(uint32_t b0, uint32_t b1, uint32_t b2, uint32_t words
   *hi = h < total ? h : total;
 }
 
+/// The part of a warp's share [lo, hi) (l2_share_bounds) that falls in the range occupying bytes
+/// [b0, b0 + len) of the concatenation: *off bytes into the range, *n bytes long (0: none).
+MM_HD void l2_range_piece(uint64_t lo, uint64_t hi, uint64_t b0, uint32_t len, uint64_t* off, uint32_t* n) {
+  const uint64_t b1 = b0 + len, s = lo > b0 ? lo : b0, e = hi < b1 ? hi : b1;
+  *off = s < e ? s - b0 : 0;
+  *n = s < e ? static_cast<uint32_t>(e - s) : 0u;
+}
+
 /// The term of super-block w (kType's alignment as above) times activation block a.
 template <TensorType kType>
 MM_HD float lane_term(const uint8_t* w, const uint8_t* a) {
