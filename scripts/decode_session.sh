@@ -11,8 +11,8 @@
 #            at the defaults and with the decode switches below, summarized by
 #            scripts/trace_summary.py (per-kernel critical-path steps) into OUTDIR/trace_*.txt
 #   ab       interleaved A/B rounds (ROUNDS, default 2) of tg128 on 7B and 8B Q4_K_M: the defaults
-#            against MINFER_CUDA_MMVQ_LANE_SPLIT=1 (round robin), + MINFER_CUDA_L2_AHEAD_MB=8/16/32,
-#            MINFER_CUDA_MMVQ_LANE_MIXED=1 and all of them together; a table at the end
+#            against MINFER_CUDA_MMVQ_LANE_SPLIT=1 (round robin), + MINFER_CUDA_L2_AHEAD_MB=8/16/32 and
+#            MINFER_CUDA_MMVQ_LANE_MIXED=0 (one q/k/v launch per type); a table at the end
 #   sanitize compute-sanitizer memcheck and racecheck over the lane-kernel suites
 #
 # Models: the speed stages use `synth --distinct-rows 64` files (benchmark shapes, seconds to make).
@@ -53,8 +53,7 @@ variants=(
   "rr_l2_8|MINFER_CUDA_MMVQ_LANE_SPLIT=1 MINFER_CUDA_L2_AHEAD_MB=8"
   "rr_l2_16|MINFER_CUDA_MMVQ_LANE_SPLIT=1 MINFER_CUDA_L2_AHEAD_MB=16"
   "rr_l2_32|MINFER_CUDA_MMVQ_LANE_SPLIT=1 MINFER_CUDA_L2_AHEAD_MB=32"
-  "mixed|MINFER_CUDA_MMVQ_LANE_MIXED=1"
-  "all_16|MINFER_CUDA_MMVQ_LANE_MIXED=1 MINFER_CUDA_MMVQ_LANE_SPLIT=1 MINFER_CUDA_L2_AHEAD_MB=16"
+  "nomixed|MINFER_CUDA_MMVQ_LANE_MIXED=0"
 )
 
 for stage in "${stages[@]}"; do

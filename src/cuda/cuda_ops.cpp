@@ -514,7 +514,7 @@ MatmulOut qkv_out(const OpArgs& a, int j, float* const (&planes)[3]) {
 /// when that one launch ran.
 bool qkv_in_one_mixed_launch(const OpArgs& a, int64_t k, const float* x, float* const (&planes)[3], const void* (&qx)[3],
                              size_t* cursor) {
-  if (env_int("MINFER_CUDA_MMVQ_LANE_MIXED", 0) == 0) return false;  // off: the per-type launches, as before
+  if (env_int("MINFER_CUDA_MMVQ_LANE_MIXED", 1) == 0) return false;  // off: one launch per type
   const TensorType t0 = a.s(1).type;
   TensorType t1 = t0;
   for (int j = 1; j < 3; ++j)

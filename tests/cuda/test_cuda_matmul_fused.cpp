@@ -495,14 +495,16 @@ TEST_P(CudaMmvqLaneMixed, two_types_in_one_grid_give_the_bits_of_one_launch_per_
           EXPECT_TRUE(outputs_equal(got, want[static_cast<size_t>(i)], ms[i], 1)) << "output " << i;
         }
       }
-      // Off by default, and never for a pair the kernel does not take.
+      // Declined under MINFER_CUDA_MMVQ_LANE_MIXED=0, and never for a pair the kernel does not take.
       bool ran = true;
       cuda::MatmulOut o[3];
       std::vector<std::unique_ptr<DeviceBuffer>> dy;
       outs_for(dy, o);
-      ASSERT_TRUE(cuda::matmul_fused_mixed(ta, tb, k, o, n_a, 3, dq.get(), stream_, &ran));
-      EXPECT_FALSE(ran);
-      test::ScopedEnv mixed("MINFER_CUDA_MMVQ_LANE_MIXED", "1");
+      {
+        test::ScopedEnv off("MINFER_CUDA_MMVQ_LANE_MIXED", "0");
+        ASSERT_TRUE(cuda::matmul_fused_mixed(ta, tb, k, o, n_a, 3, dq.get(), stream_, &ran));
+        EXPECT_FALSE(ran);
+      }
       ASSERT_TRUE(cuda::matmul_fused_mixed(tb, ta, k, o, n_a, 3, dq.get(), stream_, &ran));
       EXPECT_FALSE(ran) << "the swapped pair must decline";
     }

@@ -357,7 +357,7 @@ bool matmul_mixed_pair(TensorType type_a, TensorType type_b) { return mm::lane_m
 bool matmul_fused_mixed(TensorType type_a, TensorType type_b, int64_t k, const MatmulOut* outs, int n_a, int n_outs,
                         const void* qx, cudaStream_t stream, bool* launched) {
   *launched = false;
-  if (env_int("MINFER_CUDA_MMVQ_LANE_MIXED", 0) == 0 || env_int("MINFER_CUDA_MMVQ_LANE", 1) == 0 ||
+  if (env_int("MINFER_CUDA_MMVQ_LANE_MIXED", 1) == 0 || env_int("MINFER_CUDA_MMVQ_LANE", 1) == 0 ||
       env_flag("MINFER_CUDA_MMVQ_STAGED") || !mm::lane_mixed_pair(type_a, type_b) || outs == nullptr || n_a < 1 ||
       n_outs <= n_a || n_outs > mm::kMmvqMaxSegments)
     return true;

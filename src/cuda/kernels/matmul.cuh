@@ -105,7 +105,7 @@ L2AheadHint l2_ahead_prefix(const L2AheadHint& hint, size_t cap);
 /// the same Q8K activations qx (quantize_activations of either type: one family). Where the
 /// one-super-block-per-lane kernel serves the pair (mm::lane_mixed_pair: Q4_K + Q5_K, Q4_K +
 /// Q6_K, Q5_K + Q6_K, the q/k/v mixes of Q4_K_S / Q4_K_M / Q5_K_M files) and
-/// MINFER_CUDA_MMVQ_LANE_MIXED=1, it launches one grid: every output gets the bits that
+/// MINFER_CUDA_MMVQ_LANE_MIXED is not 0 (the default: 1), it launches one grid: every output gets the bits that
 /// matmul_fused gives it with the other outputs of its type. Sets *launched to false (and returns
 /// true) where that does not apply, so the caller launches one grid per type; otherwise returns
 /// the launch's result.
