@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""Summarizes a kernel timeline written by tools/cuda_trace (CSV: start_ns, end_ns, correlation_id,
-graph_id, grid_x, grid_y, block_x, dyn_smem_bytes, name).
+"""Summarizes a timeline written by tools/cuda_trace (CSV: kind, start_ns, end_ns, correlation_id,
+graph_id, grid_x, grid_y, block_x, dyn_smem_bytes, bytes, name; kind K kernel, M memcpy, S memset,
+A runtime API call).
 
 The kernels of one cudaGraphLaunch share a correlation id; the launches whose kernel count is the
 most common one above --min-kernels are taken as the steady decode tokens (the first --skip are
 dropped). Per kernel position in the token: the median duration (end - start) and the median
 critical-path step (end_i - max(end_0..end_{i-1})), which sum to the token's span; then the same
-steps summed per kernel name.
+steps summed per kernel name. Last, the gap between two steady tokens (the last kernel's end to the
+next token's first kernel start: the GPU runs no graph kernel then) and what fills it: per runtime
+API call and per GPU operation outside the graphs, the median count and median time inside a gap.
 
     scripts/trace_summary.py cuda_trace.csv [--skip 4] [--min-kernels 40] [--positions]
 """
@@ -33,9 +36,15 @@ def main():
     ap.add_argument("--positions", action="store_true", help="print every kernel position")
     args = ap.parse_args()
     groups = defaultdict(list)
+    others = []  # (start, end, kind, name): API calls and GPU work outside graph launches
     with open(args.csv) as f:
         for r in csv.DictReader(f):
-            if int(r["graph_id"]) == 0:
+            kind = r.get("kind", "K")
+            if kind != "K" or int(r["graph_id"]) == 0:
+                label = r["name"] if kind == "A" else f"gpu: {short(r['name'])}"
+                if kind == "M":
+                    label += f" {r['bytes']} B"
+                others.append((int(r["start_ns"]), int(r["end_ns"]), kind, label))
                 continue
             groups[int(r["correlation_id"])].append(
                 (int(r["start_ns"]), int(r["end_ns"]), short(r["name"]), int(r["grid_x"]) * int(r["grid_y"]),
@@ -77,6 +86,38 @@ def main():
     for name, (c, cs, ds) in sorted(per.items(), key=lambda kv: -kv[1][1]):
         print(f"{c:5d} {cs / 1e3:9.1f} {100 * cs / total:5.1f}% {cs / c / 1e3:9.2f} {ds / c / 1e3:9.2f}  {name}")
     print(f"{'':5} {total / 1e3:9.1f}  sum of median steps")
+    gap_report(tokens, others)
+
+
+def gap_report(tokens, others):
+    """What the host and the GPU do between one steady token's last kernel and the next's first."""
+    windows = [(a[-1][1], b[0][0]) for a, b in zip(tokens, tokens[1:]) if b[0][0] > a[-1][1]]
+    if not windows or not others:
+        return
+    others.sort()
+    starts = [o[0] for o in others]
+    import bisect
+    per = defaultdict(lambda: ([], []))  # name -> (counts per gap, ns inside each gap)
+    for w0, w1 in windows:
+        seen = defaultdict(lambda: [0, 0])
+        lo = bisect.bisect_left(starts, w0 - 5_000_000)  # calls that began up to 5 ms before
+        for s0, e0, _, name in others[lo:bisect.bisect_right(starts, w1)]:
+            inside = min(e0, w1) - max(s0, w0)
+            if inside <= 0:
+                continue
+            seen[name][0] += 1
+            seen[name][1] += inside
+        for name in set(per) | set(seen):
+            per[name][0].append(seen[name][0] if name in seen else 0)
+            per[name][1].append(seen[name][1] if name in seen else 0)
+    gaps = [w1 - w0 for w0, w1 in windows]
+    print(f"\ngap between tokens (last kernel end .. next first kernel start): median {statistics.median(gaps) / 1e3:.1f} us"
+          f" over {len(gaps)} gaps")
+    print(f"{'count':>5} {'us in gap':>9}  host API call or GPU work outside the graphs (medians per gap)")
+    rows = [(statistics.median(t), statistics.median(c), n) for n, (c, t) in per.items()]
+    for t, c, n in sorted(rows, reverse=True):
+        if t > 0 or c > 0:
+            print(f"{c:5.0f} {t / 1e3:9.1f}  {n}")
 
 
 if __name__ == "__main__":
