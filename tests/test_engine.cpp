@@ -78,6 +78,39 @@ TEST_P(TypedIdentity, OneBatchUbatchesAndTokenByTokenGiveBitwiseEqualLogits) {
   EXPECT_EQ(greedy(whole, last, 16), greedy(single, last, 16));
 }
 
+TEST(EngineViews, ForwardViewHoldsTheLogitsForwardReturns) {
+  test::SynthSpec spec;
+  spec.arch = "qwen2";
+  spec.type = TensorType::Q8_0;
+  auto model = tiny(spec);
+  Engine viewed(model, cpu_config(TensorType::F32, 5));  // ubatches of 5: rows land at offsets
+  Engine copied(model, cpu_config(TensorType::F32, 5));
+  const size_t nv = static_cast<size_t>(viewed.n_vocab());
+  // One row first, then a batch of 17 rows: the logits memory grows between the two.
+  const std::vector<int32_t> first = {3};
+  const std::span<const float> v1 = viewed.decode_view(first);
+  const std::vector<float> c1 = copied.decode(first);
+  ASSERT_EQ(v1.size(), nv);
+  ASSERT_EQ(c1.size(), nv);
+  EXPECT_EQ(0, std::memcmp(v1.data(), c1.data(), nv * 4));
+  const std::span<const float> v = viewed.decode_view(kPrompt, /*all_logits=*/true);
+  const std::vector<float> c = copied.decode(kPrompt, true);
+  ASSERT_EQ(v.size(), kPrompt.size() * nv);
+  ASSERT_EQ(c.size(), v.size());
+  EXPECT_EQ(0, std::memcmp(v.data(), c.data(), c.size() * 4));
+  // Only the flagged rows, in batch order: tokens 2 and 16 of a fresh sequence.
+  Batch b = Batch::sequence(kPrompt, 0, 1, false);
+  b.logits[2] = 1;
+  const std::span<const float> two = viewed.forward_view(b);
+  ASSERT_EQ(two.size(), 2 * nv);
+  const std::vector<float> two_copied = copied.forward(b);
+  EXPECT_EQ(0, std::memcmp(two.data(), two_copied.data(), 2 * nv * 4));
+  // A batch without flagged rows returns an empty view.
+  Batch none = Batch::sequence(first, static_cast<int32_t>(kPrompt.size()), 1, false);
+  none.logits.back() = 0;
+  EXPECT_TRUE(viewed.forward_view(none).empty());
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, TypedIdentity,
                          ::testing::Values(std::pair{std::string("qwen2"), TensorType::Q8_0},
                                            std::pair{std::string("qwen2"), TensorType::Q4_0},

@@ -184,6 +184,59 @@ class SecondBackend : public cpu::CpuBackend {
   BackendKind kind() const override { return BackendKind::Cuda; }
 };
 
+// A CPU backend whose download_at_sync copies only at its next synchronize (as a device's queued
+// readback does), counting both calls.
+class DeferredReadBackend : public cpu::CpuBackend {
+ public:
+  DeferredReadBackend() : CpuBackend(1) {}
+  void download_at_sync(void* dst, const void* src, uint64_t bytes) override {
+    queued_.push_back({dst, src, bytes});
+    ++reads;
+  }
+  void synchronize() override {
+    for (const auto& q : queued_) std::memcpy(q.dst, q.src, q.bytes);
+    queued_.clear();
+    ++syncs;
+  }
+  int reads = 0, syncs = 0;
+
+ private:
+  struct Queued {
+    void* dst;
+    const void* src;
+    uint64_t bytes;
+  };
+  std::vector<Queued> queued_;
+};
+
+TEST(Scheduler, ExecuteQueuesOutputReadsBehindTheGraphAndWaitsOnce) {
+  DeferredReadBackend cpu;
+  Backend* bks[2] = {&cpu, nullptr};
+  const Toy toy;
+  NodeId x, y;
+  PreparedGraph pg(toy.build(3, &x, &y), bks, no_kv(), PrepareOptions{});
+  const auto in = random_vec(16 * 3, 42);
+  pg.set_input(x, in.data(), in.size() * 4);
+  std::vector<float> out(8 * 3, -1.0f);
+  const OutputRead read{y, out.data(), 8 * 4};  // the first column only: fewer bytes than the node
+  pg.execute(std::span<const OutputRead>(&read, 1));
+  EXPECT_EQ(cpu.reads, 1);
+  EXPECT_EQ(cpu.syncs, 1) << "one wait for the split and the readback";
+  const auto ref = run_toy(false, nullptr, 3);
+  EXPECT_EQ(0, std::memcmp(out.data(), ref.data(), 8 * 4));
+  EXPECT_EQ(out[8], -1.0f) << "bytes past the read were written";
+  // A read larger than its node is refused before anything runs.
+  std::vector<float> big(8 * 3 + 1);
+  const OutputRead too_big{y, big.data(), big.size() * 4};
+  try {
+    pg.execute(std::span<const OutputRead>(&too_big, 1));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("holds 96 bytes, asked for 100"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(cpu.syncs, 1) << "the refused execute ran";
+}
+
 TEST(Scheduler, MixedPlacementSplitsAndCopiesAcrossBackends) {
   cpu::CpuBackend cpu(2);
   SecondBackend other;
@@ -210,6 +263,11 @@ TEST(Scheduler, MixedPlacementSplitsAndCopiesAcrossBackends) {
   pg.read_output(y, out.data(), out.size() * 4);
   const auto ref = run_toy(false, nullptr, 3);
   EXPECT_EQ(0, std::memcmp(out.data(), ref.data(), out.size() * 4));
+  // The same output read back by execute itself.
+  std::vector<float> out2(8 * 3);
+  const OutputRead read{y, out2.data(), out2.size() * 4};
+  pg.execute(std::span<const OutputRead>(&read, 1));
+  EXPECT_EQ(0, std::memcmp(out2.data(), ref.data(), out2.size() * 4));
 }
 
 TEST(Scheduler, UnsupportedNodeIsAnErrorNotAFallback) {

@@ -67,6 +67,8 @@ CudaBackend::CudaBackend() : ctx_(CudaContext::instance()) {
   profile_ = env_flag("MINFER_CUDA_PROFILE");
   graphs_enabled_ = !env_flag("MINFER_NO_CUDA_GRAPH") && !profile_;
   prefill_capture_ = !env_flag("MINFER_NO_PREFILL_CAPTURE");
+  gather_inputs_ = !env_flag("MINFER_CUDA_NO_INPUT_GATHER");
+  staged_readback_ = env_flag("MINFER_CUDA_STAGED_READBACK");
   stats_.enabled = graphs_enabled_;
 }
 
@@ -206,8 +208,30 @@ const void* CudaBackend::weight_data(const graph::WeightTensor& w) {
 
 // ---- transfers -----------------------------------------------------------------------------
 
+void CudaBackend::flush_uploads(const char* before) {
+  if (!staging_->gather_pending()) return;
+  MINFER_ASSERT(!capturing_);
+  clear_launch_failure();
+  if (const cudaError_t e = staging_->flush_gather(stream_); e != cudaSuccess) {
+    const LaunchFailure* f = launch_failure();
+    if (f == nullptr) fail_cuda(fmt::format("queueing the gathered input copies before {}", before), e);
+    const std::string site = f->site;
+    const cudaError_t err = f->err;
+    clear_launch_failure();
+    fail("cuda: the gathered input copies before {}: launch {} failed: {}", before, site, cuda_error_text(err));
+  }
+}
+
 void CudaBackend::upload(void* dst, const void* src, uint64_t bytes) {
   MINFER_ASSERT(!capturing_);
+  if (bytes == 0) return;
+  if (gather_inputs_) {
+    bool taken = false;
+    if (const cudaError_t e = staging_->gather(dst, src, bytes, &taken); e != cudaSuccess)
+      fail_cuda(fmt::format("gathering an upload of {} bytes", bytes), e);
+    if (taken) return;
+  }
+  flush_uploads("an upload");
   if (const cudaError_t e = staging_->upload(stream_, dst, src, bytes); e != cudaSuccess)
     fail_cuda(fmt::format("uploading {} bytes to the device", bytes), e);
 }
@@ -215,14 +239,64 @@ void CudaBackend::upload(void* dst, const void* src, uint64_t bytes) {
 void CudaBackend::download(void* dst, const void* src, uint64_t bytes) {
   MINFER_ASSERT(!capturing_);
   check_latched("a device-to-host readback");
+  flush_uploads("a readback");
   if (const cudaError_t e = staging_->download(stream_, dst, src, bytes); e != cudaSuccess)
     fail_cuda(fmt::format("reading back {} bytes from the device (a fault of earlier device work on "
                           "this stream is reported here too)", bytes), e);
 }
 
+namespace {
+
+/// True when [p, p + bytes) begins and ends in page-locked host memory (a DMA target).
+bool page_locked(const void* p, uint64_t bytes) {
+  for (const void* at : {p, static_cast<const void*>(static_cast<const uint8_t*>(p) + bytes - 1)}) {
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, at) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    if (a.type != cudaMemoryTypeHost) return false;
+  }
+  return true;
+}
+
+void free_page_locked(void* p) {
+  if (cudaFreeHost(p) != cudaSuccess) cudaGetLastError();
+}
+
+}  // namespace
+
+void CudaBackend::download_at_sync(void* dst, const void* src, uint64_t bytes) {
+  MINFER_ASSERT(!capturing_);
+  if (bytes == 0) return;
+  check_latched("a device-to-host readback");
+  flush_uploads("a readback");
+  if (!staged_readback_ && page_locked(dst, bytes)) {
+    if (const cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_); e != cudaSuccess)
+      fail_cuda(fmt::format("queueing a readback of {} bytes", bytes), e);
+    return;
+  }
+  bool queued = false;
+  if (const cudaError_t e = staging_->queue_readback(stream_, dst, src, bytes, &queued); e != cudaSuccess)
+    fail_cuda(fmt::format("queueing a readback of {} bytes", bytes), e);
+  if (queued) return;
+  download(dst, src, bytes);  // the buffer is busy or too small for both: this one at once
+}
+
+graph::HostBuffer CudaBackend::alloc_host(uint64_t bytes) {
+  void* p = nullptr;
+  if (const cudaError_t e = cudaHostAlloc(&p, std::max<uint64_t>(bytes, 1), cudaHostAllocDefault); e != cudaSuccess) {
+    cudaGetLastError();
+    throw OutOfMemoryError(fmt::format("cuda: cannot allocate {} bytes ({:.1f} MiB) of page-locked host memory: {}",
+                                       bytes, mib(bytes), cuda_error_text(e)));
+  }
+  return graph::HostBuffer(p, graph::HostBufferFree{free_page_locked});
+}
+
 void CudaBackend::copy(void* dst, const void* src, uint64_t bytes) {
   MINFER_ASSERT(!capturing_);
   if (bytes == 0) return;
+  flush_uploads("a device-to-device copy");
   if (const cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_); e != cudaSuccess)
     fail_cuda(fmt::format("device-to-device copy of {} bytes", bytes), e);
 }
@@ -232,6 +306,7 @@ void CudaBackend::move_rows(void* base, uint64_t row_bytes, int64_t src, int64_t
   if (src < 0 || dst < 0 || count < 0)
     fail("cuda: move_rows: invalid rows (src {}, dst {}, count {})", src, dst, count);
   check_latched("a KV row move");
+  flush_uploads("a KV row move");
   clear_launch_failure();
   if (!cuda::move_rows(base, row_bytes, src, dst, count, stream_)) {
     const LaunchFailure* f = launch_failure();
@@ -247,14 +322,27 @@ void CudaBackend::move_rows(void* base, uint64_t row_bytes, int64_t src, int64_t
 
 void CudaBackend::synchronize() {
   MINFER_ASSERT(!capturing_);
+  // Queued readbacks are finished only after a wait that found no error.
+  struct DropOnThrow {
+    PinnedStaging& s;
+    bool armed = true;
+    ~DropOnThrow() {
+      if (armed) s.drop_readbacks();
+    }
+  } guard{*staging_};
   check_latched("synchronize");
+  flush_uploads("a synchronize");
   cudaError_t e = cudaMemcpyAsync(fault_host_, fault_dev_, 2 * sizeof(uint32_t), cudaMemcpyDeviceToHost, stream_);
   if (e == cudaSuccess) e = cudaStreamSynchronize(stream_);
   if (e != cudaSuccess)
     fail_cuda("synchronize found a fault of earlier device work on this stream (not attributed to "
               "a particular kernel)", e);
   const uint32_t code = fault_host_[0];
-  if (code == 0) return;
+  if (code == 0) {
+    guard.armed = false;
+    staging_->finish_readbacks();
+    return;
+  }
   const auto value = static_cast<int32_t>(fault_host_[1]);
   fault_host_[0] = fault_host_[1] = 0;
   if (const cudaError_t z = cudaMemsetAsync(fault_dev_, 0, 2 * sizeof(uint32_t), stream_); z != cudaSuccess)

@@ -60,8 +60,16 @@ class CudaBackend final : public graph::Backend {
   /// registered with another size / type).
   const void* weight_data(const graph::WeightTensor& w) override;
 
+  /// Uploads of at most 64 KiB are gathered and done by one scatter kernel queued before this
+  /// backend's next stream operation (MINFER_CUDA_NO_INPUT_GATHER=1: one DMA copy each).
   void upload(void* dst, const void* src, uint64_t bytes) override;
   void download(void* dst, const void* src, uint64_t bytes) override;
+  /// Into page-locked memory (alloc_host): one DMA copy straight into `dst`; into pageable
+  /// memory (or with MINFER_CUDA_STAGED_READBACK=1): through the pinned readback buffer, copied
+  /// into `dst` by synchronize() after its wait.
+  void download_at_sync(void* dst, const void* src, uint64_t bytes) override;
+  /// Page-locked host memory (cudaHostAlloc); OutOfMemoryError when the driver refuses it.
+  graph::HostBuffer alloc_host(uint64_t bytes) override;
   void copy(void* dst, const void* src, uint64_t bytes) override;
   void move_rows(void* base, uint64_t row_bytes, int64_t src, int64_t dst, int64_t count) override;
 
@@ -122,6 +130,9 @@ class CudaBackend final : public graph::Backend {
 
   // cuda_backend.cpp
   void ensure_scratch(size_t bytes);
+  /// Queues the gathered uploads' scatter kernel (before any other operation on the stream, so
+  /// stream order is upload order); throws naming `before` when it cannot be queued.
+  void flush_uploads(const char* before);
   /// Throws "cuda: <what>: <error>" (OutOfMemoryError for cudaErrorMemoryAllocation) after
   /// clearing the error so it is not reported again as latched.
   [[noreturn]] void fail_cuda(const std::string& what, cudaError_t err) const;
@@ -150,6 +161,8 @@ class CudaBackend final : public graph::Backend {
   int64_t attn_head_slices_ = 0;  ///< MINFER_CUDA_ATTN_HEAD_SLICES: decode attention blocks per KV head (0 = auto)
   bool flash_attn_ = true;  ///< !MINFER_CUDA_NO_FLASH_ATTN: prefill attention through flash_attn.cuh
   bool capturing_ = false;
+  bool gather_inputs_ = true;     ///< !MINFER_CUDA_NO_INPUT_GATHER
+  bool staged_readback_ = false;  ///< MINFER_CUDA_STAGED_READBACK
   std::map<GraphKey, KeyState> keys_;
   uint64_t use_clock_ = 0;
   GraphStats stats_;

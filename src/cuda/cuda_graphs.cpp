@@ -66,6 +66,7 @@ uint64_t split_signature(const Graph& g, const graph::ExecPlan& plan, size_t beg
 void CudaBackend::execute(const Graph& g, const graph::ExecPlan& plan, size_t begin, size_t end) {
   MINFER_ASSERT(!capturing_);
   check_latched("executing a graph split");
+  flush_uploads("a graph split");
   clear_launch_failure();
   // Every temporary the split needs exists before a capture window can open.
   size_t scratch = 0;

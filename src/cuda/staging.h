@@ -1,12 +1,17 @@
 // Pinned host staging of one CudaBackend: a ring of pinned slots for host -> device input
-// copies and one grow-on-demand pinned buffer for device -> host readbacks. Everything is
+// copies, a ring of mapped pinned blocks that gather small inputs for one scatter kernel
+// (kernels/scatter.cuh), and one grow-on-demand pinned buffer for device -> host readbacks
+// (immediate, or queued and copied out after the owner's next stream wait). Everything is
 // issued on the owner's stream.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
+
+#include "cuda/kernels/scatter.cuh"
 
 namespace minfer::cuda {
 
@@ -28,6 +33,37 @@ class PinnedStaging {
   /// Device -> host on `stream`, complete when it returns (waits for the stream).
   cudaError_t download(cudaStream_t stream, void* dst, const void* src, size_t bytes);
 
+  /// Largest upload gather() takes (bytes); larger ones are better as one DMA copy.
+  static constexpr size_t kGatherMaxBytes = size_t{64} << 10;
+  /// Bytes of one gather block (mapped pinned memory; kGatherBlocks in a ring).
+  static constexpr size_t kGatherBlockBytes = size_t{256} << 10;
+  static constexpr int kGatherBlocks = 4;
+
+  /// Copies `bytes` from `src` into the current gather block for the next flush_gather() and
+  /// returns cudaSuccess with *taken = true; *taken = false (nothing done) when the upload is
+  /// larger than kGatherMaxBytes, the block or its entry list is full, or `dst` overlaps a
+  /// pending entry's destination (the caller flushes and copies it another way, keeping order).
+  cudaError_t gather(void* dst, const void* src, size_t bytes, bool* taken);
+  /// Queues one scatter kernel for the pending gathered uploads on `stream` (none: nothing) and
+  /// moves to the next block (waiting for that block's previous scatter when still in flight).
+  /// Returns cudaSuccess, a CUDA error, or cudaErrorLaunchFailure when the launch failed (the
+  /// site is recorded for launch_failure()).
+  cudaError_t flush_gather(cudaStream_t stream);
+  bool gather_pending() const { return gather_list_.n > 0; }
+
+  /// Device -> host through the readback buffer, queued on `stream`: the host copy into `dst` is
+  /// done by finish_readbacks() after the caller waited for the stream. *queued = false (nothing
+  /// done) when the buffer cannot take `bytes` beside the readbacks already queued (the caller
+  /// waits, finishes them and asks again) or `bytes` is above the readback limit.
+  cudaError_t queue_readback(cudaStream_t stream, void* dst, const void* src, size_t bytes, bool* queued);
+  /// The queued readbacks' host copies (call after a successful wait on the stream).
+  void finish_readbacks();
+  /// Forgets the queued readbacks (their stream wait failed).
+  void drop_readbacks() {
+    readbacks_.clear();
+    readback_used_ = 0;
+  }
+
  private:
   struct Slot {
     void* host = nullptr;
@@ -35,6 +71,19 @@ class PinnedStaging {
     bool pending = false;  ///< an event was recorded after the slot's last copy
   };
   cudaError_t ensure_slots();
+  cudaError_t ensure_gather_blocks();
+  cudaError_t ensure_readback(size_t bytes);
+
+  struct GatherBlock {
+    uint8_t* host = nullptr;
+    const uint8_t* device = nullptr;  ///< the same memory seen from the device
+    cudaEvent_t done = nullptr;
+    bool pending = false;  ///< an event was recorded after the block's last scatter
+  };
+  struct QueuedReadback {
+    void* dst;
+    size_t offset, bytes;
+  };
 
   size_t slot_bytes_;
   int n_slots_;
@@ -43,6 +92,12 @@ class PinnedStaging {
   int next_ = 0;
   void* readback_ = nullptr;
   size_t readback_bytes_ = 0;
+  std::vector<GatherBlock> gather_blocks_;
+  int gather_block_ = 0;
+  size_t gather_used_ = 0;
+  ScatterList gather_list_;
+  std::vector<QueuedReadback> readbacks_;
+  size_t readback_used_ = 0;
 };
 
 }  // namespace minfer::cuda

@@ -141,6 +141,26 @@ Engine::CachedGraph& Engine::graph_for(const graph::GraphParams& params) {
 }
 
 std::vector<float> Engine::forward(const Batch& b) {
+  const std::span<const float> v = forward_view(b);
+  return std::vector<float>(v.begin(), v.end());
+}
+
+float* Engine::logits_memory(size_t floats) {
+  if (floats > logits_floats_) {
+    logits_.reset();
+    logits_floats_ = 0;
+    try {
+      logits_ = backend().alloc_host(floats * sizeof(float));
+    } catch (const OutOfMemoryError&) {
+      // No page-locked memory for it: ordinary memory works too (a readback then takes a host copy).
+      logits_ = backend().graph::Backend::alloc_host(floats * sizeof(float));
+    }
+    logits_floats_ = floats;
+  }
+  return static_cast<float*>(logits_.get());
+}
+
+std::span<const float> Engine::forward_view(const Batch& b) {
   const size_t n = b.tokens.size();
   if (b.positions.size() != n || b.seq_ids.size() != n || b.logits.size() != n)
     fail("batch: tokens ({}), positions ({}), seq_ids ({}) and logits flags ({}) differ in length", n,
@@ -166,13 +186,20 @@ std::vector<float> Engine::forward(const Batch& b) {
   if (static_cast<int64_t>(n) > free_cells)
     fail("{} tokens do not fit in the context: {} of {} cells are in use (raise the context size with -c)",
          n, kv_->n_used(), cfg_.n_ctx);
-  std::vector<float> logits;
-  for (size_t begin = 0; begin < n; begin += static_cast<size_t>(cfg_.n_ubatch))
-    run_ubatch(b, begin, std::min(n, begin + static_cast<size_t>(cfg_.n_ubatch)), logits);
-  return logits;
+  size_t n_out = 0;
+  for (size_t i = 0; i < n; ++i) n_out += b.logits[i] != 0;
+  const auto row = static_cast<size_t>(n_vocab);
+  float* logits = n_out > 0 ? logits_memory(n_out * row) : nullptr;
+  float* at = logits;
+  for (size_t begin = 0; begin < n; begin += static_cast<size_t>(cfg_.n_ubatch)) {
+    const size_t end = std::min(n, begin + static_cast<size_t>(cfg_.n_ubatch));
+    run_ubatch(b, begin, end, at);
+    for (size_t i = begin; i < end; ++i) at += b.logits[i] != 0 ? row : 0;
+  }
+  return {logits, n_out * row};
 }
 
-void Engine::run_ubatch(const Batch& b, size_t begin, size_t end, std::vector<float>& logits_out) {
+void Engine::run_ubatch(const Batch& b, size_t begin, size_t end, float* logits_out) {
   const auto nt = static_cast<int32_t>(end - begin);
   std::span<const int32_t> tokens(b.tokens.data() + begin, end - begin);
   std::span<const int32_t> pos(b.positions.data() + begin, end - begin);
@@ -198,8 +225,7 @@ void Engine::run_ubatch(const Batch& b, size_t begin, size_t end, std::vector<fl
 
 void Engine::execute_ubatch(std::span<const int32_t> tokens, std::span<const int32_t> pos,
                             std::span<const int32_t> seq, const std::vector<int32_t>& cells,
-                            const std::vector<int32_t>& out_ids, bool want_logits,
-                            std::vector<float>& logits_out) {
+                            const std::vector<int32_t>& out_ids, bool want_logits, float* logits_out) {
   const auto nt = static_cast<int32_t>(tokens.size());
   const int64_t g = cfg_.kv_window_granule;
   const int64_t n_kv = std::min<int64_t>(cfg_.n_ctx, (kv_->used_extent() + g - 1) / g * g);
@@ -226,17 +252,22 @@ void Engine::execute_ubatch(std::span<const int32_t> tokens, std::span<const int
   pg.set_input(cg.io.kv_pos, kv_pos.data(), bytes(kv_pos));
   pg.set_input(cg.io.kv_seq, kv_seq.data(), bytes(kv_seq));
   if (cg.io.out_ids != graph::kNoNode) pg.set_input(cg.io.out_ids, out_ids.data(), bytes(out_ids));
-  pg.execute();
-  if (want_logits) {
-    const size_t n_vocab = static_cast<size_t>(model_->hparams().n_vocab);
-    const size_t old = logits_out.size();
-    logits_out.resize(old + n_vocab * out_ids.size());
-    pg.read_output(cg.io.logits, logits_out.data() + old, n_vocab * out_ids.size() * sizeof(float));
+  if (!want_logits) {
+    pg.execute();
+    return;
   }
+  // The logits are read back behind the graph's work, with the same wait.
+  const size_t n_vocab = static_cast<size_t>(model_->hparams().n_vocab);
+  const graph::OutputRead read{cg.io.logits, logits_out, n_vocab * out_ids.size() * sizeof(float)};
+  pg.execute(std::span<const graph::OutputRead>(&read, 1));
 }
 
 std::vector<float> Engine::decode(std::span<const int32_t> tokens, bool all_logits) {
   return forward(Batch::sequence(tokens, n_past(0), 0, all_logits));
+}
+
+std::span<const float> Engine::decode_view(std::span<const int32_t> tokens, bool all_logits) {
+  return forward_view(Batch::sequence(tokens, n_past(0), 0, all_logits));
 }
 
 void Engine::truncate(int32_t n_keep, int32_t seq) { kv_->remove(seq, n_keep, -1); }

@@ -66,10 +66,17 @@ class Engine {
   /// Runs the batch. Returns the logits of the flagged tokens, n_vocab floats each, in batch
   /// order. Throws minfer::Error for an out-of-vocabulary token, a full context, ...
   std::vector<float> forward(const Batch& batch);
+  /// forward() without the copy: the logits (same layout) in engine-owned host memory that the
+  /// device reads back into directly (page-locked on CUDA). The view is valid until the next
+  /// forward / decode call of this engine or its destruction. Same errors as forward(), plus
+  /// OutOfMemoryError when the logits memory cannot be had.
+  std::span<const float> forward_view(const Batch& batch);
 
   /// Sequence 0 convenience: appends `tokens` after the tokens already in the cache and returns
   /// the logits of the last one (or of all of them).
   std::vector<float> decode(std::span<const int32_t> tokens, bool all_logits = false);
+  /// decode() without the copy (a view as forward_view returns).
+  std::span<const float> decode_view(std::span<const int32_t> tokens, bool all_logits = false);
 
   /// Tokens of sequence 0 in the cache (its next position).
   int32_t n_past(int32_t seq = 0) const { return kv_->seq_pos_max(seq) + 1; }
@@ -94,17 +101,22 @@ class Engine {
     ModelGraphIO io;
   };
   CachedGraph& graph_for(const graph::GraphParams& params);
-  void run_ubatch(const Batch& b, size_t begin, size_t end, std::vector<float>& logits_out);
+  /// Runs tokens [begin, end) of `b`; their flagged rows' logits go to `logits_out` (n_vocab
+  /// floats each, room for all of them).
+  void run_ubatch(const Batch& b, size_t begin, size_t end, float* logits_out);
   void execute_ubatch(std::span<const int32_t> tokens, std::span<const int32_t> pos,
                       std::span<const int32_t> seq, const std::vector<int32_t>& cells,
-                      const std::vector<int32_t>& out_ids, bool want_logits,
-                      std::vector<float>& logits_out);
+                      const std::vector<int32_t>& out_ids, bool want_logits, float* logits_out);
+  /// Engine-owned logits memory of at least `floats` floats (grown, never shrunk).
+  float* logits_memory(size_t floats);
 
   std::shared_ptr<const Model> model_;
   EngineConfig cfg_;
   std::unique_ptr<graph::Backend> backends_[2];
   std::unique_ptr<KvCache> kv_;
   std::list<CachedGraph> graphs_;  ///< most recently used first
+  graph::HostBuffer logits_;       ///< forward_view's logits (the backend's alloc_host memory)
+  size_t logits_floats_ = 0;
   int64_t graphs_prepared_ = 0;
 };
 

@@ -61,7 +61,8 @@ std::string Session::generate(std::span<const int32_t> prompt, Sampler& sampler,
   GenerateStats local;
   GenerateStats& st = stats ? *stats : local;
   st = GenerateStats{};
-  std::vector<float> logits = prefill(prompt, &st);
+  const std::vector<float> prompt_logits = prefill(prompt, &st);
+  std::span<const float> logits = prompt_logits;  // then each decode's view (no copy)
   tok::Detokenizer detok(tok_, false);
   std::string text;      // all generated text
   size_t emitted = 0;    // bytes of `text` given to on_text
@@ -81,7 +82,7 @@ std::string Session::generate(std::span<const int32_t> prompt, Sampler& sampler,
     }
     // A padded embedding (more rows than the tokenizer has tokens; Model::from_file refuses
     // fewer) never yields an id the tokenizer cannot decode: only its ids are candidates.
-    if (logits.size() > static_cast<size_t>(tok_.n_vocab())) logits.resize(static_cast<size_t>(tok_.n_vocab()));
+    if (logits.size() > static_cast<size_t>(tok_.n_vocab())) logits = logits.first(static_cast<size_t>(tok_.n_vocab()));
     const int32_t id = sampler.sample(logits, history);
     if (opt.stop_at_eog && tok_.is_eog(id)) {
       st.stop_reason = "eog";
@@ -114,7 +115,7 @@ std::string Session::generate(std::span<const int32_t> prompt, Sampler& sampler,
     }
     const int32_t one[1] = {id};
     const auto t0 = std::chrono::steady_clock::now();
-    logits = engine_.decode(one);
+    logits = engine_.decode_view(one);
     st.decode_ms += ms_since(t0);
     ++st.decoded_tokens;
     tokens_.push_back(id);

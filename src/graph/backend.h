@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "graph/graph.h"
@@ -33,6 +34,16 @@ struct ExecPlan {
   void* src_data(const Graph& g, const Node& n, int i) const { return src(g, n, i).data; }
   void* out_data(const Graph& g, NodeId id) const { return home(g, id).data; }
 };
+
+/// Frees a HostBuffer's memory with the function of the backend that allocated it.
+struct HostBufferFree {
+  void (*fn)(void*) = nullptr;
+  void operator()(void* p) const {
+    if (p != nullptr && fn != nullptr) fn(p);
+  }
+};
+/// Host memory from Backend::alloc_host, freed when the owner lets go of it.
+using HostBuffer = std::unique_ptr<void, HostBufferFree>;
 
 class Backend {
  public:
@@ -70,6 +81,14 @@ class Backend {
   virtual void upload(void* dst, const void* src, uint64_t bytes) = 0;
   /// Backend memory -> host; complete when the call returns.
   virtual void download(void* dst, const void* src, uint64_t bytes) = 0;
+  /// Backend memory -> host, queued after the work queued so far on this backend: the bytes are
+  /// in `dst` when the next synchronize() returns normally (`dst` must stay valid until then; an
+  /// error thrown by synchronize leaves its contents unspecified). The default downloads at once.
+  virtual void download_at_sync(void* dst, const void* src, uint64_t bytes) { download(dst, src, bytes); }
+  /// `bytes` of host memory that readbacks of this backend fill fastest (CUDA: page-locked, so a
+  /// download_at_sync into it is one DMA with no host copy; CPU: ordinary memory, 64-byte
+  /// aligned). Throws OutOfMemoryError naming the size when it cannot be had.
+  virtual HostBuffer alloc_host(uint64_t bytes);
   /// Backend memory -> backend memory, non-overlapping.
   virtual void copy(void* dst, const void* src, uint64_t bytes) = 0;
   /// Moves rows [src, src + count) of a region of `row_bytes`-byte rows starting at `base` to

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 
 #include "core/error.h"
 
@@ -10,7 +11,15 @@ namespace {
 
 size_t bk(BackendKind k) { return static_cast<size_t>(k); }
 
+void free_aligned_host(void* p) { ::operator delete(p, std::align_val_t{64}); }
+
 }  // namespace
+
+HostBuffer Backend::alloc_host(uint64_t bytes) {
+  void* p = ::operator new(std::max<uint64_t>(bytes, 1), std::align_val_t{64}, std::nothrow);
+  if (p == nullptr) throw OutOfMemoryError(fmt::format("cannot allocate {} bytes of host memory", bytes));
+  return HostBuffer(p, HostBufferFree{free_aligned_host});
+}
 
 PreparedGraph::PreparedGraph(Graph graph, Backend* const backends[2], const KvResolver& kv,
                              const PrepareOptions& opt)
@@ -197,7 +206,12 @@ void PreparedGraph::set_input(NodeId id, const void* data, uint64_t bytes) {
   }
 }
 
-void PreparedGraph::execute() {
+void PreparedGraph::execute(std::span<const OutputRead> reads) {
+  for (const OutputRead& r : reads) {
+    const TensorRef& ref = plan_.home(graph_, r.id);
+    if (r.bytes > ref.nbytes)
+      fail("execute: output {} holds {} bytes, asked for {}", graph_.node(r.id).name, ref.nbytes, r.bytes);
+  }
   for (size_t s = 0; s < splits_.size(); ++s) {
     const Split& sp = splits_[s];
     for (const CrossCopy& c : sp.copies) {
@@ -211,8 +225,19 @@ void PreparedGraph::execute() {
     }
     Backend* b = backends_[bk(sp.backend)];
     b->execute(graph_, plan_, sp.begin, sp.end);
-    b->synchronize();
+    if (s + 1 < splits_.size()) b->synchronize();
   }
+  // The outputs are queued behind the last split, so one wait per backend covers the work and
+  // the readbacks.
+  bool wait[2] = {false, false};
+  if (!splits_.empty()) wait[bk(splits_.back().backend)] = true;
+  for (const OutputRead& r : reads) {
+    const BackendKind k = graph_.node(r.id).backend;
+    backends_[bk(k)]->download_at_sync(r.dst, plan_.home(graph_, r.id).data, r.bytes);
+    wait[bk(k)] = true;
+  }
+  for (size_t k = 0; k < 2; ++k)
+    if (wait[k]) backends_[k]->synchronize();
 }
 
 void PreparedGraph::read_output(NodeId id, void* dst, uint64_t bytes) {

@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "graph/backend.h"
@@ -39,6 +40,14 @@ struct PrepareOptions {
   bool fuse = true;
 };
 
+/// An output node read back by PreparedGraph::execute: `bytes` (at most the node's size) from
+/// the start of node `id` into host memory at `dst`.
+struct OutputRead {
+  NodeId id = kNoNode;
+  void* dst = nullptr;
+  uint64_t bytes = 0;
+};
+
 /// A graph ready to execute: nodes assigned, fused, allocated and split.
 class PreparedGraph {
  public:
@@ -54,8 +63,12 @@ class PreparedGraph {
 
   /// Writes `bytes` into Input node `id` (on its backend).
   void set_input(NodeId id, const void* data, uint64_t bytes);
-  /// Runs every split in order (copies across boundaries, sync at boundaries and at the end).
-  void execute();
+  /// Runs every split in order (copies across boundaries, sync at boundaries and at the end),
+  /// then reads `reads` back: each is queued behind the last split and in `dst` when this
+  /// returns (one wait covers both; fastest when `dst` is in the backend's alloc_host memory).
+  /// Throws minfer::Error when a read asks for more bytes than its node holds (before anything
+  /// runs) and whatever a backend's execute or synchronize throws.
+  void execute(std::span<const OutputRead> reads = {});
   /// Reads output node `id` into `dst` (`bytes` <= the node's size).
   void read_output(NodeId id, void* dst, uint64_t bytes);
 
