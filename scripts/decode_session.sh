@@ -11,9 +11,9 @@
 #            at the defaults and with the decode switches below, summarized by
 #            scripts/trace_summary.py (per-kernel critical-path steps) into OUTDIR/trace_*.txt
 #   ab       interleaved A/B rounds (ROUNDS, default 2) of tg128 on 7B and 8B Q4_K_M: the defaults
-#            against MINFER_CUDA_MMVQ_LANE_SPLIT=1 (round robin), + MINFER_CUDA_L2_AHEAD_MB=8/16/32 and
-#            MINFER_CUDA_MMVQ_LANE_MIXED=0 (one q/k/v launch per type); a table at the end
-#   sanitize compute-sanitizer memcheck and racecheck over the lane-kernel suites
+#            against the variants below (VARIANTS overrides them); a table at the end
+#   sanitize compute-sanitizer memcheck and racecheck over SANITIZE_FILTER (default: the host-path
+#            and lane-kernel suites)
 #
 # Models: the speed stages use `synth --distinct-rows 64` files (benchmark shapes, seconds to make).
 #   scripts/decode_session.sh VOCAB.gguf OUTDIR [stage...]
@@ -46,15 +46,16 @@ fast_model() {  # arch preset type -> path of a --distinct-rows 64 file (made wh
   echo "$f"
 }
 
-# The decode switches the trace and ab stages compare: label, then the variables.
+# The decode switches the trace and ab stages compare: label, then the variables. The host path
+# of a step (gathered inputs, logits read back by DMA into page-locked memory behind the graph)
+# against each half of the old path and both (2026-12-02); VARIANTS="label|VARS;..." overrides.
 variants=(
   "default|"
-  "rr|MINFER_CUDA_MMVQ_LANE_SPLIT=1"
-  "rr_l2_8|MINFER_CUDA_MMVQ_LANE_SPLIT=1 MINFER_CUDA_L2_AHEAD_MB=8"
-  "rr_l2_16|MINFER_CUDA_MMVQ_LANE_SPLIT=1 MINFER_CUDA_L2_AHEAD_MB=16"
-  "rr_l2_32|MINFER_CUDA_MMVQ_LANE_SPLIT=1 MINFER_CUDA_L2_AHEAD_MB=32"
-  "nomixed|MINFER_CUDA_MMVQ_LANE_MIXED=0"
+  "nogather|MINFER_CUDA_NO_INPUT_GATHER=1"
+  "staged|MINFER_CUDA_STAGED_READBACK=1"
+  "oldhost|MINFER_CUDA_NO_INPUT_GATHER=1 MINFER_CUDA_STAGED_READBACK=1"
 )
+if [[ -n "${VARIANTS:-}" ]]; then IFS=';' read -r -a variants <<<"$VARIANTS"; fi
 
 for stage in "${stages[@]}"; do
   case $stage in
@@ -99,6 +100,7 @@ for stage in "${stages[@]}"; do
         echo "== $label ($vars)"
         sed -n '2,3p' "$out/trace_$label.txt"
         grep -A12 '^count' "$out/trace_$label.txt"
+        grep -A16 '^gap between' "$out/trace_$label.txt"
       done
       ;;
     ab)
@@ -135,11 +137,12 @@ for m in sorted({k[0] for k in runs}):
 PY
       ;;
     sanitize)
-      echo "==== sanitize: memcheck and racecheck over the lane-kernel suites"
+      filter=${SANITIZE_FILTER:-'CudaHostPath*:*CudaMmvqLane*:CudaLaneSchedule*'}
+      echo "==== sanitize: memcheck and racecheck over $filter"
       [[ -z "${MINFER_SHARED_DIR:-}" && -d shared ]] && export MINFER_SHARED_DIR=$PWD/shared
       for tool in memcheck racecheck; do
         compute-sanitizer --tool $tool --print-limit 20 "$bin/minfer_tests" --gtest_color=no --gtest_brief=1 \
-          --gtest_filter='*CudaMmvqLane*:CudaLaneSchedule*' >"$out/sanitize_$tool.log" 2>&1
+          --gtest_filter="$filter" >"$out/sanitize_$tool.log" 2>&1
         echo "$tool: exit $?, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize_$tool.log" | tail -1)"
       done
       ;;

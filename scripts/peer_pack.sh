@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Packs the peer's source for the device machine: a llama.cpp git checkout (e.g. cloned from
+# node-llama-cpp@3.21.1's llama/gitRelease.bundle, commit 80fb11ac) pruned to what building
+# llama-bench for the CPU and CUDA needs, as one xz tarball (~1.5 MB) to carry next to the work
+# tree (the device has no internet). scripts/peer_side_by_side.sh unpacks and builds it there.
+# Nothing of the peer enters this repository: the tarball goes to an ignored path (.carry/).
+#   scripts/peer_pack.sh LLAMA_CPP_CHECKOUT [OUT.tar.xz]   (default OUT: .carry/llama-src.tar.xz)
+set -euo pipefail
+src=$(cd "${1:?usage: peer_pack.sh LLAMA_CPP_CHECKOUT [OUT.tar.xz]}" && pwd)
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+out=$(realpath -m "${2:-$(dirname "$0")/../.carry/llama-src.tar.xz}")
+list=$stage/files.txt
+mkdir -p "$stage/llama.cpp"
+cd "$src"
+commit=$(git rev-parse --short=8 HEAD)
+git ls-files -z | tr '\0' '\n' | grep -E \
+ -e '^(CMakeLists\.txt|LICENSE)$' \
+ -e '^cmake/(build-info|common|git-vars|license)\.cmake$' \
+ -e '^cmake/llama(-config\.cmake|\.pc)\.in$' \
+ -e '^include/' -e '^src/' -e '^common/' \
+ -e '^ggml/(CMakeLists\.txt|cmake/|include/)' \
+ -e '^ggml/src/[^/]+$' \
+ -e '^ggml/src/ggml-cpu/' \
+ -e '^ggml/src/ggml-cuda/' \
+ -e '^vendor/CMakeLists\.txt$' \
+ -e '^vendor/(cpp-httplib|nlohmann|sheredom|hash)/' \
+ -e '^vendor/(miniaudio|stb)/CMakeLists\.txt$' \
+ -e '^tools/llama-bench/' \
+ | grep -v -E \
+ -e '^ggml/src/ggml-cpu/(arch/(arm|loongarch|powerpc|riscv|s390|wasm)|spacemit|kleidiai)/' \
+ -e '(^|/)README\.md$' -e '\.(md|py)$' \
+ > "$list"
+echo "peer_pack: $(wc -l < "$list") files of llama.cpp $commit"
+tar -cf - -T "$list" | tar -xf - -C "$stage/llama.cpp"
+# tools/CMakeLists.txt lists a dozen tools; only llama-bench ships.
+cat > "$stage/llama.cpp/tools/CMakeLists.txt" <<'CM'
+# Pruned tree (minfer peer benchmark): only llama-bench ships.
+find_package(Threads REQUIRED)
+llama_add_compile_flags()
+add_subdirectory(llama-bench)
+CM
+cat > "$stage/llama.cpp/PRUNED.txt" <<TXT
+llama.cpp $commit, pruned to what llama-bench needs (ggml core, ggml-cpu x86, ggml-cuda, src,
+include, common, vendor for common, tools/llama-bench; tools/CMakeLists.txt replaced).
+Configure with: -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF
+  -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_COMMIT=$commit
+  (CUDA: -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_CUDA_NCCL=OFF)
+TXT
+echo "$commit" > "$stage/llama.cpp/.commit"
+mkdir -p "$(dirname "$out")"
+tar -C "$stage" --sort=name --owner=0 --group=0 --numeric-owner --mtime=@$(git log -1 --format=%ct) -cf - llama.cpp | xz -9e -T1 > "$out"
+ls -l "$out"; du -sh "$stage/llama.cpp"
