@@ -190,15 +190,17 @@ class DeferredReadBackend : public cpu::CpuBackend {
  public:
   DeferredReadBackend() : CpuBackend(1) {}
   void download_at_sync(void* dst, const void* src, uint64_t bytes) override {
+    if (++reads == fail_at_read) fail("test: readback {} refused", reads);
     queued_.push_back({dst, src, bytes});
-    ++reads;
   }
+  size_t queued() const { return queued_.size(); }
   void synchronize() override {
     for (const auto& q : queued_) std::memcpy(q.dst, q.src, q.bytes);
     queued_.clear();
     ++syncs;
   }
   int reads = 0, syncs = 0;
+  int fail_at_read = 0;  ///< the download_at_sync call (1-based) that throws; 0 = none
 
  private:
   struct Queued {
@@ -235,6 +237,20 @@ TEST(Scheduler, ExecuteQueuesOutputReadsBehindTheGraphAndWaitsOnce) {
     EXPECT_NE(std::string(e.what()).find("holds 96 bytes, asked for 100"), std::string::npos) << e.what();
   }
   EXPECT_EQ(cpu.syncs, 1) << "the refused execute ran";
+  // A readback that fails after another was queued: the queued one is finished (or dropped) by
+  // a wait before the error leaves execute, so nothing is written into the caller's memory later.
+  std::vector<float> a(8), b(8);
+  const OutputRead two[2] = {{y, a.data(), 8 * 4}, {y, b.data(), 8 * 4}};
+  cpu.fail_at_read = cpu.reads + 2;
+  const int syncs_before = cpu.syncs;
+  try {
+    pg.execute(two);
+    FAIL() << "expected the refused readback";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("readback"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(cpu.queued(), 0u) << "a readback stayed queued past the failed execute";
+  EXPECT_EQ(cpu.syncs, syncs_before + 1);
 }
 
 TEST(Scheduler, MixedPlacementSplitsAndCopiesAcrossBackends) {

@@ -231,13 +231,26 @@ void PreparedGraph::execute(std::span<const OutputRead> reads) {
   // the readbacks.
   bool wait[2] = {false, false};
   if (!splits_.empty()) wait[bk(splits_.back().backend)] = true;
-  for (const OutputRead& r : reads) {
-    const BackendKind k = graph_.node(r.id).backend;
-    backends_[bk(k)]->download_at_sync(r.dst, plan_.home(graph_, r.id).data, r.bytes);
-    wait[bk(k)] = true;
+  try {
+    for (const OutputRead& r : reads) {
+      const BackendKind k = graph_.node(r.id).backend;
+      wait[bk(k)] = true;
+      backends_[bk(k)]->download_at_sync(r.dst, plan_.home(graph_, r.id).data, r.bytes);
+    }
+    for (size_t k = 0; k < 2; ++k)
+      if (wait[k]) backends_[k]->synchronize();
+  } catch (...) {
+    // Nothing stays queued into the caller's memory past this call: every backend that may hold
+    // a queued readback waits once more (which finishes or drops it) before the error leaves.
+    for (size_t k = 0; k < 2; ++k) {
+      if (!wait[k]) continue;
+      try {
+        backends_[k]->synchronize();
+      } catch (...) {  // the first error is the one reported
+      }
+    }
+    throw;
   }
-  for (size_t k = 0; k < 2; ++k)
-    if (wait[k]) backends_[k]->synchronize();
 }
 
 void PreparedGraph::read_output(NodeId id, void* dst, uint64_t bytes) {
