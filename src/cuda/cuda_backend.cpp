@@ -225,10 +225,20 @@ void CudaBackend::flush_uploads(const char* before) {
 void CudaBackend::upload(void* dst, const void* src, uint64_t bytes) {
   MINFER_ASSERT(!capturing_);
   if (bytes == 0) return;
+  if (gather_inputs_ && bytes <= PinnedStaging::kGatherMaxBytes) {
+    if (const cudaError_t e = staging_->ensure_gather_blocks(); e != cudaSuccess) {
+      cudaGetLastError();
+      log_warn("cuda: no mapped page-locked memory to gather inputs in ({}): each input is its own copy",
+               cuda_error_text(e));
+      gather_inputs_ = false;
+    }
+  }
   if (gather_inputs_) {
     bool taken = false;
     if (const cudaError_t e = staging_->gather(dst, src, bytes, &taken); e != cudaSuccess)
-      fail_cuda(fmt::format("gathering an upload of {} bytes", bytes), e);
+      fail_cuda(fmt::format("gathering an upload of {} bytes: waiting for an earlier input scatter to free its "
+                            "page-locked block (a fault of earlier device work on this stream is reported here too)",
+                            bytes), e);
     if (taken) return;
   }
   flush_uploads("an upload");
@@ -287,8 +297,10 @@ graph::HostBuffer CudaBackend::alloc_host(uint64_t bytes) {
   void* p = nullptr;
   if (const cudaError_t e = cudaHostAlloc(&p, std::max<uint64_t>(bytes, 1), cudaHostAllocDefault); e != cudaSuccess) {
     cudaGetLastError();
-    throw OutOfMemoryError(fmt::format("cuda: cannot allocate {} bytes ({:.1f} MiB) of page-locked host memory: {}",
-                                       bytes, mib(bytes), cuda_error_text(e)));
+    const std::string msg = fmt::format("cuda: cannot allocate {} bytes ({:.1f} MiB) of page-locked host memory: {}",
+                                        bytes, mib(bytes), cuda_error_text(e));
+    if (e == cudaErrorMemoryAllocation) throw OutOfMemoryError(msg);
+    throw Error(msg);
   }
   return graph::HostBuffer(p, graph::HostBufferFree{free_page_locked});
 }
@@ -323,13 +335,19 @@ void CudaBackend::move_rows(void* base, uint64_t row_bytes, int64_t src, int64_t
 void CudaBackend::synchronize() {
   MINFER_ASSERT(!capturing_);
   // Queued readbacks are finished only after a wait that found no error.
+  // On any throw the stream is waited for (quietly) before the error leaves, so a readback
+  // already queued into the caller's memory (a DMA into page-locked memory) has landed and none
+  // lands later; the staged ones are dropped.
   struct DropOnThrow {
     PinnedStaging& s;
+    cudaStream_t stream;
     bool armed = true;
     ~DropOnThrow() {
-      if (armed) s.drop_readbacks();
+      if (!armed) return;
+      if (cudaStreamSynchronize(stream) != cudaSuccess) cudaGetLastError();
+      s.drop_readbacks();
     }
-  } guard{*staging_};
+  } guard{*staging_, stream_};
   check_latched("synchronize");
   flush_uploads("a synchronize");
   cudaError_t e = cudaMemcpyAsync(fault_host_, fault_dev_, 2 * sizeof(uint32_t), cudaMemcpyDeviceToHost, stream_);

@@ -35,7 +35,8 @@ struct GraphStats {
 class CudaBackend final : public graph::Backend {
  public:
   /// Uses CudaContext::instance() (throws minfer::Error when CUDA is disabled or absent) and
-  /// creates this instance's stream. Reads MINFER_NO_CUDA_GRAPH and MINFER_NO_PREFILL_CAPTURE.
+  /// creates this instance's stream. Reads MINFER_NO_CUDA_GRAPH, MINFER_NO_PREFILL_CAPTURE,
+  /// MINFER_CUDA_NO_INPUT_GATHER and MINFER_CUDA_STAGED_READBACK.
   CudaBackend();
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
@@ -61,14 +62,18 @@ class CudaBackend final : public graph::Backend {
   const void* weight_data(const graph::WeightTensor& w) override;
 
   /// Uploads of at most 64 KiB are gathered and done by one scatter kernel queued before this
-  /// backend's next stream operation (MINFER_CUDA_NO_INPUT_GATHER=1: one DMA copy each).
+  /// backend's next stream operation (MINFER_CUDA_NO_INPUT_GATHER=1, or when the driver refuses
+  /// the mapped page-locked blocks (one warning): one DMA copy each). Throws minfer::Error naming
+  /// the bytes when a copy cannot be queued.
   void upload(void* dst, const void* src, uint64_t bytes) override;
   void download(void* dst, const void* src, uint64_t bytes) override;
   /// Into page-locked memory (alloc_host): one DMA copy straight into `dst`; into pageable
   /// memory (or with MINFER_CUDA_STAGED_READBACK=1): through the pinned readback buffer, copied
-  /// into `dst` by synchronize() after its wait.
+  /// into `dst` by synchronize() after a wait that found no error, or at once by a synchronous
+  /// download when the buffer is busy with other queued readbacks or `bytes` is above 64 MiB.
   void download_at_sync(void* dst, const void* src, uint64_t bytes) override;
-  /// Page-locked host memory (cudaHostAlloc); OutOfMemoryError when the driver refuses it.
+  /// Page-locked host memory (cudaHostAlloc); OutOfMemoryError naming the bytes when the driver
+  /// has none, minfer::Error for another CUDA error.
   graph::HostBuffer alloc_host(uint64_t bytes) override;
   void copy(void* dst, const void* src, uint64_t bytes) override;
   void move_rows(void* base, uint64_t row_bytes, int64_t src, int64_t dst, int64_t count) override;

@@ -83,7 +83,11 @@ cudaError_t PinnedStaging::flush_gather(cudaStream_t stream) {
   gather_block_ = (gather_block_ + 1) % kGatherBlocks;
   gather_list_.src = gather_blocks_[static_cast<size_t>(gather_block_)].device;
   if (!scatter_inputs(list, stream)) return cudaErrorLaunchFailure;
-  if (cudaError_t e = cudaEventRecord(b.done, stream); e != cudaSuccess) return e;
+  if (cudaError_t e = cudaEventRecord(b.done, stream); e != cudaSuccess) {
+    // Without its event the block cannot be reused safely later: wait for the scatter now.
+    cudaStreamSynchronize(stream);
+    return e;
+  }
   b.pending = true;
   return cudaSuccess;
 }

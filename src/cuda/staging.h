@@ -39,15 +39,21 @@ class PinnedStaging {
   static constexpr size_t kGatherBlockBytes = size_t{256} << 10;
   static constexpr int kGatherBlocks = 4;
 
+  /// Allocates the gather blocks (kGatherBlocks x kGatherBlockBytes of mapped page-locked
+  /// memory) once; cudaErrorMemoryAllocation (or another CUDA error) when the driver refuses.
+  cudaError_t ensure_gather_blocks();
   /// Copies `bytes` from `src` into the current gather block for the next flush_gather() and
   /// returns cudaSuccess with *taken = true; *taken = false (nothing done) when the upload is
   /// larger than kGatherMaxBytes, the block or its entry list is full, or `dst` overlaps a
   /// pending entry's destination (the caller flushes and copies it another way, keeping order).
+  /// The first entry of a block waits for that block's previous scatter when it is still in
+  /// flight: the error of that wait (a fault of earlier device work) is returned, as is that of
+  /// ensure_gather_blocks().
   cudaError_t gather(void* dst, const void* src, size_t bytes, bool* taken);
-  /// Queues one scatter kernel for the pending gathered uploads on `stream` (none: nothing) and
-  /// moves to the next block (waiting for that block's previous scatter when still in flight).
-  /// Returns cudaSuccess, a CUDA error, or cudaErrorLaunchFailure when the launch failed (the
-  /// site is recorded for launch_failure()).
+  /// Queues one scatter kernel for the pending gathered uploads on `stream` (none: nothing),
+  /// records the block's event and moves to the next block. Returns cudaSuccess, a CUDA error,
+  /// or cudaErrorLaunchFailure when the launch failed (the site is recorded for
+  /// launch_failure()); the pending list is empty afterwards either way.
   cudaError_t flush_gather(cudaStream_t stream);
   bool gather_pending() const { return gather_list_.n > 0; }
 
@@ -71,7 +77,6 @@ class PinnedStaging {
     bool pending = false;  ///< an event was recorded after the slot's last copy
   };
   cudaError_t ensure_slots();
-  cudaError_t ensure_gather_blocks();
   cudaError_t ensure_readback(size_t bytes);
 
   struct GatherBlock {

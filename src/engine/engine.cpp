@@ -146,17 +146,30 @@ std::vector<float> Engine::forward(const Batch& b) {
 }
 
 float* Engine::logits_memory(size_t floats) {
-  if (floats > logits_floats_) {
-    logits_.reset();
-    logits_floats_ = 0;
+  const uint64_t bytes = static_cast<uint64_t>(floats) * sizeof(float);
+  const bool pinned = logits_pinned_ && bytes <= kMaxPinnedLogitsBytes;
+  // The memory there is reused unless it is ordinary memory (from a batch above the cap) and
+  // this one may be page-locked.
+  if (floats <= logits_floats_ && (logits_in_pinned_ || !pinned)) return static_cast<float*>(logits_.get());
+  // Grown by at least half again (a rising series of batches does not reallocate each time),
+  // page-locked only up to the cap.
+  const uint64_t before = logits_in_pinned_ ? static_cast<uint64_t>(logits_floats_) * sizeof(float) : 0;
+  const uint64_t grown = std::max<uint64_t>(bytes, before * 3 / 2);
+  const uint64_t want = pinned ? std::min<uint64_t>(grown, kMaxPinnedLogitsBytes) : bytes;
+  logits_.reset();
+  logits_floats_ = 0;
+  logits_in_pinned_ = false;
+  if (pinned) {
     try {
-      logits_ = backend().alloc_host(floats * sizeof(float));
-    } catch (const OutOfMemoryError&) {
-      // No page-locked memory for it: ordinary memory works too (a readback then takes a host copy).
-      logits_ = backend().graph::Backend::alloc_host(floats * sizeof(float));
+      logits_ = backend().alloc_host(want);
+      logits_in_pinned_ = true;
+    } catch (const OutOfMemoryError& e) {
+      log_warn("logits in ordinary memory ({}): each readback takes a host copy", e.what());
+      logits_pinned_ = false;
     }
-    logits_floats_ = floats;
   }
+  if (!logits_) logits_ = backend().graph::Backend::alloc_host(want);
+  logits_floats_ = static_cast<size_t>(want / sizeof(float));
   return static_cast<float*>(logits_.get());
 }
 

@@ -64,13 +64,20 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   /// Runs the batch. Returns the logits of the flagged tokens, n_vocab floats each, in batch
-  /// order. Throws minfer::Error for an out-of-vocabulary token, a full context, ...
+  /// order (a copy of forward_view's, which it invalidates). Throws minfer::Error for an
+  /// out-of-vocabulary token, a full context, ...; OutOfMemoryError when memory for the logits
+  /// cannot be had.
   std::vector<float> forward(const Batch& batch);
   /// forward() without the copy: the logits (same layout) in engine-owned host memory that the
-  /// device reads back into directly (page-locked on CUDA). The view is valid until the next
-  /// forward / decode call of this engine or its destruction. Same errors as forward(), plus
-  /// OutOfMemoryError when the logits memory cannot be had.
+  /// device reads back into directly: page-locked on CUDA up to kMaxPinnedLogitsBytes (and while
+  /// the driver grants it), ordinary memory above. The view is valid until the next forward,
+  /// forward_view, decode or decode_view call of this engine, or its destruction. Same errors as
+  /// forward(). An empty view when no token is flagged.
   std::span<const float> forward_view(const Batch& batch);
+  /// Most bytes of page-locked logits memory an engine holds (256 MiB: 441 rows of the Qwen2.5
+  /// vocabulary's 151,936 floats); larger all-logits batches (perplexity at a long context) read
+  /// back into ordinary memory, so no gigabyte stays pinned for the engine's life.
+  static constexpr uint64_t kMaxPinnedLogitsBytes = uint64_t{256} << 20;
 
   /// Sequence 0 convenience: appends `tokens` after the tokens already in the cache and returns
   /// the logits of the last one (or of all of them).
@@ -112,11 +119,15 @@ class Engine {
 
   std::shared_ptr<const Model> model_;
   EngineConfig cfg_;
+  // Declared before the backends, so it is freed after them: a backend's destructor waits for
+  // its queued work, which may still be reading back into this memory.
+  graph::HostBuffer logits_;  ///< forward_view's logits (the backend's alloc_host memory)
+  size_t logits_floats_ = 0;
+  bool logits_pinned_ = true;      ///< false once alloc_host refused (then ordinary memory)
+  bool logits_in_pinned_ = false;  ///< logits_ came from the backend's alloc_host
   std::unique_ptr<graph::Backend> backends_[2];
   std::unique_ptr<KvCache> kv_;
   std::list<CachedGraph> graphs_;  ///< most recently used first
-  graph::HostBuffer logits_;       ///< forward_view's logits (the backend's alloc_host memory)
-  size_t logits_floats_ = 0;
   int64_t graphs_prepared_ = 0;
 };
 

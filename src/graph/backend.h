@@ -82,8 +82,11 @@ class Backend {
   /// Backend memory -> host; complete when the call returns.
   virtual void download(void* dst, const void* src, uint64_t bytes) = 0;
   /// Backend memory -> host, queued after the work queued so far on this backend: the bytes are
-  /// in `dst` when the next synchronize() returns normally (`dst` must stay valid until then; an
-  /// error thrown by synchronize leaves its contents unspecified). The default downloads at once.
+  /// in `dst` ([dst, dst + bytes): one allocation of the caller's) when the next synchronize()
+  /// returns normally, or earlier; `dst` must stay valid until then. When synchronize throws,
+  /// `dst`'s contents are unspecified but nothing is written into it after synchronize returned
+  /// or threw. Throws what download throws (a latched error, a failed copy). The default
+  /// downloads at once.
   virtual void download_at_sync(void* dst, const void* src, uint64_t bytes) { download(dst, src, bytes); }
   /// `bytes` of host memory that readbacks of this backend fill fastest (CUDA: page-locked, so a
   /// download_at_sync into it is one DMA with no host copy; CPU: ordinary memory, 64-byte

@@ -58,11 +58,30 @@ TEST(CudaHostPath, GatheredUploadsLandInStreamOrder) {
   write(10000, 100 << 10);   // above the gather limit: one DMA copy, after the pending scatter
   write(10000 + 50, 200);    // on top of the DMA-copied range: must land after it
   write(240 << 10, 16 << 10);
+  write(131072 + 4, 64 << 10);  // the largest gathered entry, 4-byte aligned: 16 chunks of words
+  write(200000, 4096 + 48);      // 16-byte aligned: two chunks of 16-byte loads, the second short
   EXPECT_TRUE(test::bytes_equal(download(b, dev, n), mirror, false));
   // A gathered upload followed by a synchronize (which flushes it) and a readback.
   write(3, 5);
   b.synchronize();
   EXPECT_TRUE(test::bytes_equal(download(b, dev, n), mirror, false));
+}
+
+// A gathered upload is flushed before a device-to-device copy and a KV row move that read it.
+TEST(CudaHostPath, CopiesAndRowMovesSeeGatheredUploads) {
+  MINFER_REQUIRE_CUDA();
+  cuda::CudaBackend b;
+  const int32_t a = b.alloc_buffer(2048), c = b.alloc_buffer(2048);
+  const auto src = pattern(2048, 4);
+  b.upload(b.buffer_ptr(a), src.data(), 2048);
+  b.copy(b.buffer_ptr(c), b.buffer_ptr(a), 2048);
+  EXPECT_TRUE(test::bytes_equal(download(b, b.buffer_ptr(c), 2048), src, false)) << "copy";
+  const auto src2 = pattern(2048, 6);  // new bytes, gathered: rows of 256 bytes, 0..3 move to 4..7
+  b.upload(b.buffer_ptr(a), src2.data(), 2048);
+  b.move_rows(b.buffer_ptr(a), 256, 0, 4, 4);
+  std::vector<uint8_t> want = src2;
+  std::memcpy(want.data() + 1024, src2.data(), 1024);
+  EXPECT_TRUE(test::bytes_equal(download(b, b.buffer_ptr(a), 2048), want, false)) << "move_rows";
 }
 
 TEST(CudaHostPath, TheGatherSwitchGivesTheSameBytes) {

@@ -11,8 +11,11 @@
 
 namespace minfer::cuda {
 
-/// Entries of one scatter launch at most (one block each; the list is a by-value kernel argument).
+/// Entries of one scatter launch at most (the list is a by-value kernel argument, 272 bytes).
 constexpr int kScatterMaxEntries = 16;
+/// Bytes one block copies (256 threads x 16 bytes): an entry of B bytes takes ceil(B / 4096)
+/// blocks, so every load of a launch is in flight at once.
+constexpr uint32_t kScatterChunkBytes = 4096;
 
 /// One copy: `bytes` from the list's host block at `src_offset` to device memory at `dst`.
 struct ScatterEntry {
@@ -29,9 +32,10 @@ struct ScatterList {
   ScatterEntry e[kScatterMaxEntries];
 };
 
-/// Queues the copies of `list` (1..kScatterMaxEntries entries) on `stream`: one block per entry,
-/// 4-byte words when the entry's source, destination and length allow, bytes otherwise.
-/// Returns false when the launch fails (site "scatter_inputs", recorded for launch_failure()).
+/// Queues the copies of `list` (0..kScatterMaxEntries entries; 0: nothing) on `stream`: a grid of
+/// entries x 4096-byte chunks, 16-byte loads where the entry's source, destination and length
+/// allow, 4-byte words or bytes otherwise. Returns false when the launch fails (site
+/// "scatter_inputs", recorded for launch_failure()).
 bool scatter_inputs(const ScatterList& list, cudaStream_t stream);
 
 }  // namespace minfer::cuda
