@@ -97,7 +97,7 @@ def gap_report(tokens, others):
     others.sort()
     starts = [o[0] for o in others]
     import bisect
-    per = defaultdict(lambda: ([], []))  # name -> (counts per gap, ns inside each gap)
+    per_gap = []  # one {name: [count, ns inside the gap]} per gap
     for w0, w1 in windows:
         seen = defaultdict(lambda: [0, 0])
         lo = bisect.bisect_left(starts, w0 - 5_000_000)  # calls that began up to 5 ms before
@@ -107,9 +107,10 @@ def gap_report(tokens, others):
                 continue
             seen[name][0] += 1
             seen[name][1] += inside
-        for name in set(per) | set(seen):
-            per[name][0].append(seen[name][0] if name in seen else 0)
-            per[name][1].append(seen[name][1] if name in seen else 0)
+        per_gap.append(seen)
+    names = set().union(*per_gap)
+    per = {n: ([g[n][0] if n in g else 0 for g in per_gap], [g[n][1] if n in g else 0 for g in per_gap])
+           for n in names}
     gaps = [w1 - w0 for w0, w1 in windows]
     print(f"\ngap between tokens (last kernel end .. next first kernel start): median {statistics.median(gaps) / 1e3:.1f} us"
           f" over {len(gaps)} gaps")
