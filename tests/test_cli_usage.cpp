@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "cli_test_util.h"
+#include "core/env.h"
 #include "test_util.h"
 
 namespace minfer {
@@ -113,6 +114,19 @@ TEST(CliUsage, unknown_command_is_named_with_the_list_of_commands) {
   const Result env = sh("env");
   EXPECT_EQ(env.status, 0) << env.out;
   EXPECT_NE(env.out.find("MINFER_LOG"), std::string::npos) << env.out;
+  // One column of values: every variable's " = " at the same place, past the longest name.
+  size_t col = std::string::npos;
+  for (size_t at = 0, nl; at < env.out.size(); at = nl + 1) {
+    nl = env.out.find('\n', at);
+    if (nl == std::string::npos) nl = env.out.size();
+    const std::string line = env.out.substr(at, nl - at);
+    if (line.rfind("MINFER_", 0) != 0) continue;
+    const size_t eq = line.find(" = ");
+    if (col == std::string::npos) col = eq;
+    EXPECT_EQ(eq, col) << line;
+    EXPECT_GT(eq, line.find(' ') - 1) << line;
+  }
+  EXPECT_NE(col, std::string::npos) << env.out;
 }
 
 TEST(CliUsage, an_option_before_the_command_is_named) {
@@ -210,6 +224,14 @@ TEST(CliUsage, a_help_flag_given_as_a_value_does_not_skip_the_environment_check)
   EXPECT_NE(help.out.find("--prompt"), std::string::npos) << help.out;
 }
 
+/// `name` padded to the name column of `minfer env`: the longest name in the table (no unknown
+/// variable set here is longer).
+std::string env_name_column(const std::string& name) {
+  size_t w = 0;
+  for (const EnvVar& v : env_table()) w = std::max(w, std::string(v.name).size());
+  return name + std::string(w > name.size() ? w - name.size() : 0, ' ');
+}
+
 TEST(CliUsage, a_misspelled_environment_variable_is_warned_about_with_the_nearest_name) {
   const std::string warning =
       "minfer: warning: environment variable MINFER_NO_CUDA_GRAPHS is unknown and ignored; did you mean "
@@ -222,8 +244,8 @@ TEST(CliUsage, a_misspelled_environment_variable_is_warned_about_with_the_neares
   // `minfer env` lists it after the table, as unknown.
   const Result env = test::run_shell("MINFER_NO_CUDA_GRAPHS=1 timeout 60 " + test::minfer_bin() + " env");
   EXPECT_EQ(env.status, 0) << env.out;
-  EXPECT_NE(env.out.find("\nMINFER_NO_CUDA_GRAPHS        = 1         set      unknown: minfer does not read it; did you mean "
-                         "MINFER_NO_CUDA_GRAPH?\n"),
+  EXPECT_NE(env.out.find("\n" + env_name_column("MINFER_NO_CUDA_GRAPHS") +
+                         " = 1         set      unknown: minfer does not read it; did you mean MINFER_NO_CUDA_GRAPH?\n"),
             std::string::npos)
       << env.out;
   EXPECT_EQ(env.out.find("warning"), std::string::npos) << env.out;
@@ -234,8 +256,9 @@ TEST(CliUsage, a_misspelled_environment_variable_is_warned_about_with_the_neares
 TEST(CliUsage, env_marks_the_values_other_commands_refuse) {
   const Result env = test::run_shell("MINFER_LOG=verbose MINFER_NO_MMQ=1 timeout 60 " + test::minfer_bin() + " env");
   EXPECT_EQ(env.status, 0) << env.out;
-  EXPECT_NE(env.out.find("\nMINFER_LOG                   = verbose   set      log level"), std::string::npos) << env.out;
-  EXPECT_NE(env.out.find("\n                               invalid: environment variable MINFER_LOG=verbose is not one "
+  EXPECT_NE(env.out.find("\n" + env_name_column("MINFER_LOG") + " = verbose   set      log level"), std::string::npos)
+      << env.out;
+  EXPECT_NE(env.out.find("\n" + env_name_column("") + "   invalid: environment variable MINFER_LOG=verbose is not one "
                          "of error, warn, info, debug (other commands refuse it)\n"),
             std::string::npos)
       << env.out;
