@@ -19,11 +19,7 @@ namespace {
 using test::as_bytes;
 using test::random_floats;
 
-std::vector<uint8_t> download(cuda::CudaBackend& b, const void* src, size_t n) {
-  std::vector<uint8_t> out(n);
-  b.download(out.data(), src, n);
-  return out;
-}
+using test::download;
 
 TEST(CudaBackend, PoolReusesExactByteLengthsAndCountsNewMemory) {
   MINFER_REQUIRE_CUDA();
