@@ -5,28 +5,21 @@
 #include <cstring>
 
 namespace minfer::cuda {
-namespace {
-
-/// Frees a ring of upload slots or gather blocks (each with `host` page-locked memory and a
-/// `done` event, either may be null): waits for each one's last copy when it is still pending.
-template <typename Ring>
-void release_ring(Ring& ring) {
-  for (auto& r : ring) {
-    if (r.done != nullptr && r.pending) cudaEventSynchronize(r.done);
-    if (r.done != nullptr) cudaEventDestroy(r.done);
-    if (r.host != nullptr) cudaFreeHost(r.host);
-  }
-  ring.clear();
-}
-
-}  // namespace
 
 PinnedStaging::PinnedStaging(size_t slot_bytes, int n_slots, size_t readback_max)
     : slot_bytes_(slot_bytes), n_slots_(n_slots), readback_max_(readback_max) {}
 
 PinnedStaging::~PinnedStaging() {
-  release_ring(slots_);
-  release_ring(gather_blocks_);
+  for (Slot& s : slots_) {
+    if (s.done != nullptr && s.pending) cudaEventSynchronize(s.done);
+    if (s.done != nullptr) cudaEventDestroy(s.done);
+    if (s.host != nullptr) cudaFreeHost(s.host);
+  }
+  for (GatherBlock& b : gather_blocks_) {
+    if (b.done != nullptr && b.pending) cudaEventSynchronize(b.done);
+    if (b.done != nullptr) cudaEventDestroy(b.done);
+    if (b.host != nullptr) cudaFreeHost(b.host);
+  }
   if (readback_ != nullptr) cudaFreeHost(readback_);
 }
 
@@ -45,7 +38,10 @@ cudaError_t PinnedStaging::ensure_gather_blocks() {
     if (e != cudaSuccess) break;
   }
   if (e != cudaSuccess) {
-    release_ring(blocks);
+    for (GatherBlock& b : blocks) {
+      if (b.done != nullptr) cudaEventDestroy(b.done);
+      if (b.host != nullptr) cudaFreeHost(b.host);
+    }
     return e;
   }
   gather_blocks_ = std::move(blocks);
@@ -147,7 +143,10 @@ cudaError_t PinnedStaging::ensure_slots() {
     cudaError_t e = cudaHostAlloc(&s.host, slot_bytes_, cudaHostAllocDefault);
     if (e == cudaSuccess) e = cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming);
     if (e != cudaSuccess) {
-      release_ring(slots);
+      for (Slot& r : slots) {
+        if (r.done != nullptr) cudaEventDestroy(r.done);
+        if (r.host != nullptr) cudaFreeHost(r.host);
+      }
       return e;
     }
   }

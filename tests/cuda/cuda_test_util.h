@@ -56,13 +56,6 @@ class ScopedEnv {
   bool had_ = false;
 };
 
-/// `n` bytes of device memory at `src`, read back through the backend.
-inline std::vector<uint8_t> download(cuda::CudaBackend& b, const void* src, size_t n) {
-  std::vector<uint8_t> out(n);
-  b.download(out.data(), src, n);
-  return out;
-}
-
 inline std::vector<float> random_floats(size_t n, uint32_t seed, float sigma = 1.0f, float mean = 0.0f) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> d(mean, sigma);

@@ -19,7 +19,11 @@ namespace {
 using test::as_bytes;
 using test::random_floats;
 
-using test::download;
+std::vector<uint8_t> download(cuda::CudaBackend& b, const void* src, size_t n) {
+  std::vector<uint8_t> out(n);
+  b.download(out.data(), src, n);
+  return out;
+}
 
 TEST(CudaBackend, PoolReusesExactByteLengthsAndCountsNewMemory) {
   MINFER_REQUIRE_CUDA();

@@ -28,7 +28,11 @@ std::vector<uint8_t> pattern(size_t n, uint32_t seed) {
   return v;
 }
 
-using test::download;
+std::vector<uint8_t> download(cuda::CudaBackend& b, const void* src, size_t n) {
+  std::vector<uint8_t> out(n);
+  b.download(out.data(), src, n);
+  return out;
+}
 
 // Applies the same writes to a host mirror and to one device buffer, in order; the buffer must
 // end equal to the mirror whatever path each upload took.
