@@ -334,8 +334,8 @@ void CudaBackend::move_rows(void* base, uint64_t row_bytes, int64_t src, int64_t
 
 void CudaBackend::synchronize() {
   MINFER_ASSERT(!capturing_);
-  // Queued readbacks are finished only after a wait that found no error.
-  // On any throw the stream is waited for (quietly) before the error leaves, so a readback
+  // Queued readbacks are finished only after a wait that found no error. On any throw the
+  // stream is waited for (quietly) before the error leaves, so a readback
   // already queued into the caller's memory (a DMA into page-locked memory) has landed and none
   // lands later; the staged ones are dropped.
   struct DropOnThrow {
