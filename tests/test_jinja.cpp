@@ -201,5 +201,134 @@ TEST(Jinja, RunawayLoopsStopAtTheWorkLimit) {
   EXPECT_EQ(t.render(from_json(nlohmann::ordered_json::object())), "done");
 }
 
+// Every operator at the int64 edges, against Jinja2's own output (tests/gen_jinja_number_cases.py):
+// Python's result where it fits int64, else an error naming the operation; never a wrapped value
+// or a SIGFPE (INT64_MIN % -1, INT64_MIN // -1, divisibleby(-1)).
+struct NumberCase {
+  const char* expr;
+  const char* want;  // the rendered text, or a part of the error message
+  bool error;
+};
+constexpr NumberCase kNumberCases[] = {
+#include "jinja_number_cases.inc"
+};
+
+TEST(JinjaNumbers, ArithmeticAtTheInt64EdgesMatchesPythonOrFails) {
+  size_t n_errors = 0;
+  for (const NumberCase& c : kNumberCases) {
+    const std::string src = std::string("{{ (") + c.expr + ")|string }}";
+    if (c.error) {
+      ++n_errors;
+      const std::string e = error_of(src);
+      EXPECT_NE(e.find(c.want), std::string::npos) << c.expr << " -> " << e;
+      EXPECT_EQ(e.find('\n'), std::string::npos) << c.expr << ": one line";
+    } else {
+      const std::string e = error_of(src);
+      EXPECT_EQ(e, "(no error)") << c.expr;
+      if (e == "(no error)") {
+        EXPECT_EQ(render(src), c.want) << c.expr;
+      }
+    }
+  }
+  EXPECT_GT(n_errors, 100u);  // the table covers both outcomes
+  EXPECT_GT(std::size(kNumberCases) - n_errors, 400u);
+}
+
+TEST(JinjaNumbers, OverflowErrorsNameTheOperationAndOperands) {
+  EXPECT_NE(error_of("{{ 9223372036854775807 + 1 }}").find("9223372036854775807 + 1 does not fit"), std::string::npos);
+  EXPECT_NE(error_of("{{ 2 ** 64 }}").find("2 ** 64 does not fit"), std::string::npos);
+  EXPECT_NE(error_of("{{ (-9223372036854775807 - 1) // -1 }}").find("-9223372036854775808 // -1"), std::string::npos);
+  EXPECT_NE(error_of("{{ 1 % 0 }}").find("division by zero: 1 % 0"), std::string::npos);
+  EXPECT_NE(error_of("{{ 1e300|int }}").find("int: 1e+300 is out of the 64-bit integer range"), std::string::npos)
+      << error_of("{{ 1e300|int }}");
+  EXPECT_NE(error_of("{{ 'ff'|int(base=37) }}").find("int: base must be 0 or 2..36, not 37"), std::string::npos);
+  // The template line is named.
+  EXPECT_NE(error_of("\n\n{{ 9223372036854775807 * 2 }}").find("line 3"), std::string::npos);
+}
+
+// Python's slice semantics (slice.indices clamping, negative steps) for every combination of
+// start, stop and step at the int64 edges and around the length, against Jinja2's output
+// (tests/gen_jinja_slice_cases.py). A huge step once overflowed the index loop and read out of
+// bounds; [1,2,3,4,5][4::HUGE] gave the reverse list.
+struct SliceCase {
+  const char* slice;
+  const char* list;  // [1, 2, 3, 4, 5][slice]
+  const char* str;   // 'h\u00e9llo'[slice] (code points)
+};
+constexpr SliceCase kSliceCases[] = {
+#include "jinja_slice_cases.inc"
+};
+
+TEST(JinjaSlices, SliceWithHugeOrEdgeBoundsMatchesPython) {
+  const nlohmann::ordered_json ctx = {{"xs", {1, 2, 3, 4, 5}}, {"s", "h\u00e9llo"}};
+  for (const SliceCase& c : kSliceCases) {
+    EXPECT_EQ(render(std::string("{{ xs[") + c.slice + "] }}", ctx), c.list) << c.slice;
+    EXPECT_EQ(render(std::string("{{ s[") + c.slice + "] }}", ctx), c.str) << c.slice;
+  }
+  EXPECT_GT(std::size(kSliceCases), 1000u);
+}
+
+TEST(JinjaSlices, SliceWithHugeStepIsBounded) {
+  const nlohmann::ordered_json msgs = {{"messages", {{{"role", "system"}}, {{"role", "user"}}, {{"role", "assistant"}}}}};
+  EXPECT_EQ(render("{% for m in messages[1::9223372036854775807] %}{{ m.role }};{% endfor %}", msgs), "user;");
+  EXPECT_EQ(render("{{ [1,2,3,4,5][4::9223372036854775807] }}"), "[5]");
+  EXPECT_EQ(render("{{ [][::-9223372036854775807] }}"), "[]");
+  EXPECT_NE(error_of("{{ [1][::0] }}").find("slice step cannot be zero"), std::string::npos);
+}
+
+// Filters and functions that make a value of a size the template chooses check the size against
+// the output limit (8 MiB) or the list limit before allocating, and name the filter and the size.
+TEST(JinjaSizes, SizeTakingFiltersCheckTheLimitBeforeAllocating) {
+  auto fails_with = [](const std::string& src, const std::string& want) {
+    const std::string e = error_of(src);
+    EXPECT_NE(e.find(want), std::string::npos) << src << " -> " << e;
+  };
+  fails_with("{{ 'a\nb'|indent(9223372036854775807) }}", "indent: width 9223372036854775807 on 1 lines would exceed");
+  fails_with("{{ 'a\nb'|indent(100000000)|length }}", "indent: width 100000000 on 1 lines would exceed");
+  fails_with("{{ [1]|tojson(indent=100000000)|length }}", "tojson: indent=100000000 exceeds the 8388608-byte output limit");
+  // Once truncated to int: 2^32 + 2 printed with indent 2.
+  fails_with("{{ [1]|tojson(indent=4294967298) }}", "tojson: indent=4294967298 exceeds");
+  fails_with("{{ ('x' * 4000000) * 3 }}", "string repetition: 3 copies of 4000000 bytes exceed 8388608 bytes");
+  fails_with("{{ (['x' * 4000000] * 50)|length }}", "list repetition: 50 copies of 1 items (4000000 bytes of strings)");
+  fails_with("{{ ([0] * 1000) * 1001 }}", "list repetition: 1001 copies of 1000 items");
+  fails_with("{{ range(9223372036854775807)|length }}", "range(0, 9223372036854775807, 1) has more than 1000000 items");
+  fails_with("{{ ('x' * 8000000)|replace('x', 'yy')|length }}", "replace: the result would exceed 8388608 bytes");
+  fails_with("{{ ('x' * 8000000).replace('x', 'yy')|length }}", "replace: the result would exceed 8388608 bytes");
+  fails_with("{% set s = 'x' * 4000000 %}{{ [s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s]|join|length }}",
+             "join: the result would exceed 8388608 bytes");
+  fails_with("{% set s = 'x' * 4000000 %}{{ ''.join([s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s])|length }}",
+             "str.join: the result would exceed 8388608 bytes");
+  // A list holding one 4 MB string, referenced 100 times: printing it would make 400 MB.
+  fails_with("{% set a = ['x' * 4000000] %}{{ ([a] * 100)|string|length }}", "printing a value: the text would exceed");
+  fails_with("{% set a = ['x' * 4000000] %}{{ ([a] * 100)|tojson|length }}", "tojson: the text would exceed");
+  // Indexing a long string in a loop scans it each time: the scans count as work.
+  fails_with("{% set s = 'x' * 8000000 %}{% for i in range(1000000) %}{{ s[-1] }}{% endfor %}", "too much work");
+}
+
+TEST(JinjaSizes, EmptyOperandsRepeatInstantly) {
+  EXPECT_EQ(render("[{{ '' * 9223372036854775807 }}]"), "[]");
+  EXPECT_EQ(render("{{ [] * 9223372036854775807 }}"), "[]");
+  EXPECT_EQ(render("{{ 'ab' * -3 }}|{{ [1] * 0 }}|{{ [1, 2] * 2 }}"), "|[]|[1, 2, 1, 2]");
+}
+
+TEST(JinjaSizes, RangeAtTheInt64EdgesMatchesPython) {
+  // Python: list(range(...)) for each.
+  EXPECT_EQ(render("{{ range(9223372036854775806, 9223372036854775807, 10)|list }}"), "[9223372036854775806]");
+  EXPECT_EQ(render("{{ range(-9223372036854775807 - 1, 9223372036854775807, 9223372036854775807)|list }}"),
+            "[-9223372036854775808, -1, 9223372036854775806]");
+  EXPECT_EQ(render("{{ range(9223372036854775807, -9223372036854775807 - 1, -9223372036854775807 - 1)|list }}"),
+            "[9223372036854775807, -1]");
+  EXPECT_EQ(render("{{ range(5, 0, -2)|list }}{{ range(0)|list }}{{ range(3, 1)|list }}"), "[5, 3, 1][][]");
+}
+
+TEST(JinjaSizes, ReplaceAndIndentFollowPython) {
+  EXPECT_EQ(render("{{ 'ab'|replace('', '-') }} {{ 'ab'.replace('', '-', 2) }} {{ 'h\u00e9llo'|replace('', '|') }}"),
+            "-a-b- -a-b |h|\u00e9|l|l|o|");
+  EXPECT_EQ(render("{{ 'aXbXc'.replace('X', '--', 1) }} {{ 'aaa'|replace('a', 'aa') }}"), "a--bXc aaaaaa");
+  // Jinja2 3.1.6: indent(-2) pads with ' ' * -2 == ''; json.dumps(indent=-1) inserts newlines only.
+  EXPECT_EQ(render("{{ 'a\nb'|indent(-2) }}|{{ [1]|tojson(indent=-1) }}|{{ 'x'|indent(3, true) }}|{{ 'a\n\nb\n'|indent(2, true) }}"),
+            "a\nb|[\n1\n]|   x|  a\n\n  b\n");
+}
+
 }  // namespace
 }  // namespace minfer::jinja

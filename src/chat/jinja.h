@@ -17,6 +17,12 @@ namespace minfer::jinja {
 
 struct Node;
 
+/// A rendered template: the text, and which parts of it came from caller data.
+struct Rendered {
+  std::string text;
+  DataSpans data;
+};
+
 class Template {
  public:
   /// Parses `source`. Throws minfer::Error for syntax outside the subset.
@@ -29,6 +35,13 @@ class Template {
   /// Throws minfer::Error for run-time errors (undefined values used, type errors,
   /// raise_exception(...) called by the template).
   std::string render(const Value& context) const;
+
+  /// The same render, with the byte ranges of the text that came from caller data: strings of
+  /// `context` (except those the caller made with Value(std::string), such as bos_token) and
+  /// everything computed from them. Concatenation keeps each part's marks; a filter, method
+  /// or call result made from data is data as a whole; printing a list or dict that holds data
+  /// is data. Literals and text of the template are not data.
+  Rendered render_marked(const Value& context) const;
 
  private:
   std::unique_ptr<std::vector<std::unique_ptr<Node>>> body_;

@@ -12,7 +12,7 @@ namespace {
 
 int64_t length_of(const Value& v, int line) {
   switch (v.kind()) {
-    case Value::Kind::String: return static_cast<int64_t>(code_points(v.as_string()).size());
+    case Value::Kind::String: return static_cast<int64_t>(code_points(v.as_string(), line).size());
     case Value::Kind::List: return static_cast<int64_t>(v.as_list().size());
     case Value::Kind::Map: return static_cast<int64_t>(v.as_map().items.size());
     case Value::Kind::Undefined: return 0;
@@ -62,15 +62,24 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
   const int line = a.line;
   if (name == "length" || name == "count") return Value(length_of(v, line));
   if (name == "tojson") {
+    // json.dumps's indent: None is one line; an integer N pretty-prints with N spaces a level
+    // (0 or negative: newlines only). N is checked before any indentation is made.
     const Value* ind = arg(a, 0, "indent");
-    return Value(to_json(v, ind && ind->kind() == Value::Kind::Int ? static_cast<int>(ind->as_int()) : -1, line));
+    int64_t indent = -1;
+    if (ind && !ind->is_none() && !ind->is_undefined()) {
+      if (ind->kind() != Value::Kind::Int) template_fail(line, "tojson: indent must be an integer, not {}", kind_name(ind->kind()));
+      indent = std::max<int64_t>(0, ind->as_int());
+      if (static_cast<uint64_t>(indent) > kMaxOutputBytes)
+        template_fail(line, "tojson: indent={} exceeds the {}-byte output limit", ind->as_int(), kMaxOutputBytes);
+    }
+    return Value(to_json(v, indent, line));
   }
   if (name == "safe") return v;
-  if (name == "string") return Value(to_str(v));
-  if (name == "trim") return Value(strip(to_str(v), arg(a, 0, "chars"), true, true));
-  if (name == "lower" || name == "upper") return Value(ascii_case(to_str(v), name == "upper"));
-  if (name == "capitalize") return Value(capitalize(to_str(v)));
-  if (name == "title") return Value(title_case(to_str(v)));
+  if (name == "string") return Value(to_str(v, line));
+  if (name == "trim") return Value(strip(to_str(v, line), arg(a, 0, "chars"), true, true));
+  if (name == "lower" || name == "upper") return Value(ascii_case(to_str(v, line), name == "upper"));
+  if (name == "capitalize") return Value(capitalize(to_str(v, line)));
+  if (name == "title") return Value(title_case(to_str(v, line)));
   if (name == "default" || name == "d") {
     const Value* def = arg(a, 0, "default_value");
     const Value* boolean = arg(a, 1, "boolean");
@@ -85,7 +94,7 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
   if (name == "list") return Value::list(iterate(v, line));
   if (name == "reverse") {
     if (v.is_string()) {
-      auto cps = code_points(v.as_string());
+      auto cps = code_points(v.as_string(), line);
       std::string s;
       for (auto it = cps.rbegin(); it != cps.rend(); ++it) s += *it;
       return Value(std::move(s));
@@ -99,9 +108,13 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
     const Value* attr = arg(a, 1, "attribute");
     std::string out;
     bool first = true;
+    const std::string sep_text = sep ? to_str(*sep, line) : std::string();
     for (const Value& item : iterate(v, line)) {
-      if (!first && sep) out += to_str(*sep);
-      out += to_str(attr && attr->is_string() ? attribute_path(item, attr->as_string(), line) : item);
+      const std::string text = to_str(attr && attr->is_string() ? attribute_path(item, attr->as_string(), line) : item, line);
+      if (out.size() + sep_text.size() + text.size() > kMaxOutputBytes)
+        template_fail(line, "join: the result would exceed {} bytes", kMaxOutputBytes);
+      if (!first) out += sep_text;
+      out += text;
       first = false;
     }
     return Value(std::move(out));
@@ -110,42 +123,52 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
     if (v.is_undefined()) return Value::list();
     if (!v.is_map()) template_fail(line, "items: expected a dict, not {}", kind_name(v.kind()));
     ValueList l;
-    for (const auto& [k, x] : v.as_map().items) l.push_back(Value::list({Value(k), x}));
+    for (const auto& [k, x] : v.as_map().items) l.push_back(Value::list({key_value(v.as_map(), k), x}));
     return Value::list(std::move(l));
   }
   if (name == "replace") {
     const Value* c = arg(a, 2, "count");
-    return Value(replace_all(to_str(v), str_arg(a, 0, "old", "replace"), str_arg(a, 1, "new", "replace"),
-                             c && c->kind() == Value::Kind::Int ? c->as_int() : -1));
+    return Value(replace_all(to_str(v, line), str_arg(a, 0, "old", "replace"), str_arg(a, 1, "new", "replace"),
+                             c && c->kind() == Value::Kind::Int ? c->as_int() : -1, line));
   }
   if (name == "int") {
+    // Jinja's do_int: int(value, base) for strings, int(value) otherwise, and on ValueError or
+    // TypeError int(float(value)) ("42.23"|int is 42), else the default. A value outside int64
+    // (Python would give a big integer) is an error, and so is an infinite float value (Python's
+    // OverflowError, which do_int catches only on its second try, for strings).
+    const Value* def = arg(a, 0, "default");
+    const Value* base_v = arg(a, 1, "base");
+    int64_t base = 10;
+    if (base_v) {
+      if (base_v->kind() != Value::Kind::Int || (base_v->as_int() != 0 && (base_v->as_int() < 2 || base_v->as_int() > 36)))
+        template_fail(line, "int: base must be 0 or 2..36, not {}", repr(*base_v));
+      base = base_v->as_int();
+    }
     if (v.kind() == Value::Kind::Int) return v;
-    if (v.kind() == Value::Kind::Float) return Value(static_cast<int64_t>(v.as_number()));
     if (v.kind() == Value::Kind::Bool) return Value(static_cast<int64_t>(v.as_bool()));
+    std::optional<int64_t> r;
+    if (v.kind() == Value::Kind::Float) r = float_to_int(v.as_number(), line);
     if (v.is_string()) {
-      try {
-        size_t used = 0;
-        const int64_t x = std::stoll(v.as_string(), &used);
-        if (used == v.as_string().size()) return Value(x);
-      } catch (const std::exception&) {
+      r = parse_int(v.as_string(), static_cast<int>(base), line);
+      if (!r) {
+        const std::optional<double> d = parse_float(v.as_string());
+        if (d && !std::isinf(*d)) r = float_to_int(*d, line);  // int(float('inf')) is caught: default
       }
     }
-    const Value* def = arg(a, 0, "default");
+    if (r) return Value(*r);
     return def ? *def : Value(int64_t{0});
   }
   if (name == "float") {
+    // Jinja's do_float: float(value), else the default (0.0).
     if (v.is_number()) return Value(v.as_number());
-    if (v.is_string()) {
-      try {
-        return Value(std::stod(v.as_string()));
-      } catch (const std::exception&) {
-      }
-    }
-    return Value(0.0);
+    if (v.kind() == Value::Kind::Bool) return Value(v.as_bool() ? 1.0 : 0.0);
+    if (v.is_string())
+      if (const std::optional<double> d = parse_float(v.as_string())) return Value(*d);
+    const Value* def = arg(a, 0, "default");
+    return def ? *def : Value(0.0);
   }
   if (name == "abs") {
-    if (v.kind() == Value::Kind::Int) return Value(v.as_int() < 0 ? -v.as_int() : v.as_int());
-    if (v.is_number()) return Value(std::fabs(v.as_number()));
+    if (v.is_number()) return abs_number(v, line);
     template_fail(line, "abs: expected a number, not {}", kind_name(v.kind()));
   }
   if (name == "select") return select_filter(v, a, false, true);
@@ -189,8 +212,7 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
       for (const Value& x : items) {
         Value k = key(x);
         if (!k.is_number()) template_fail(line, "sum: expected numbers, found {}", kind_name(k.kind()));
-        total = total.kind() == Value::Kind::Int && k.kind() == Value::Kind::Int ? Value(total.as_int() + k.as_int())
-                                                                                  : Value(total.as_number() + k.as_number());
+        total = arith_numbers("+", total, k, line);
       }
       return total;
     }
@@ -202,12 +224,26 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
     return Value::list(std::move(items));
   }
   if (name == "indent") {
+    // Jinja's do_indent(s, width=4, first=False, blank=False): width is a string or a number of
+    // spaces (' ' * width: negative gives ""). The result size is computed, and checked against
+    // kMaxOutputBytes, before the padding or the result is allocated.
     const Value* w = arg(a, 0, "width");
     const Value* first = arg(a, 1, "first");
-    const std::string pad = w && w->is_string() ? w->as_string()
-                                                : std::string(static_cast<size_t>(w && w->kind() == Value::Kind::Int ? w->as_int() : 4), ' ');
-    const std::string s = to_str(v);
-    std::string out = first && truthy(*first) && !s.empty() ? pad : "";
+    if (w && !w->is_string() && w->kind() != Value::Kind::Int)
+      template_fail(line, "indent: width must be an integer or a string, not {}", kind_name(w->kind()));
+    const int64_t width = w && w->kind() == Value::Kind::Int ? std::max<int64_t>(0, w->as_int()) : 4;
+    const std::string s = to_str(v, line);
+    const bool pad_first = first && truthy(*first) && !s.empty();
+    size_t n_pads = pad_first ? 1 : 0;
+    for (size_t i = 0; i + 1 < s.size(); ++i)
+      if (s[i] == '\n' && s[i + 1] != '\n') ++n_pads;
+    const uint64_t pad_size = w && w->is_string() ? w->as_string().size() : static_cast<uint64_t>(width);
+    if (n_pads > 0 && pad_size > (kMaxOutputBytes - std::min<size_t>(s.size(), kMaxOutputBytes)) / n_pads)
+      template_fail(line, "indent: width {} on {} lines would exceed the {}-byte output limit",
+                    w && w->is_string() ? repr(*w) : std::to_string(w ? w->as_int() : 4), n_pads, kMaxOutputBytes);
+    const std::string pad = w && w->is_string() ? w->as_string() : std::string(n_pads ? static_cast<size_t>(width) : 0, ' ');
+    std::string out = pad_first ? pad : "";
+    out.reserve(s.size() + n_pads * pad.size());
     for (size_t i = 0; i < s.size(); ++i) {
       out += s[i];
       if (s[i] == '\n' && i + 1 < s.size() && s[i + 1] != '\n') out += pad;
@@ -245,7 +281,7 @@ bool apply_test(const std::string& name, const Value& v, CallArgs& a) {
     if (name == "divisibleby") {
       const Value& d = other();
       if (d.kind() != K::Int || d.as_int() == 0) template_fail(line, "divisibleby needs a non-zero integer");
-      return v.as_int() % d.as_int() == 0;
+      return d.as_int() == -1 || v.as_int() % d.as_int() == 0;  // INT64_MIN % -1 is undefined in C++
     }
     return (v.as_int() % 2 != 0) == (name == "odd");
   }
@@ -299,16 +335,26 @@ Value make_globals() {
             if (a.pos.size() >= 3) s = a.pos[2].as_int();
           } else template_fail(a.line, "range() needs 1 to 3 arguments");
           if (s == 0) template_fail(a.line, "range() step cannot be zero");
+          // Python's length of range(b, e, s), in unsigned arithmetic (e - b can exceed int64 but
+          // not uint64), checked before the list is made; b + k * s then stays within [b, e].
+          const bool up = s > 0;
+          const bool nonempty = up ? b < e : b > e;
+          const uint64_t span = !nonempty ? 0 : up ? static_cast<uint64_t>(e) - static_cast<uint64_t>(b)
+                                                   : static_cast<uint64_t>(b) - static_cast<uint64_t>(e);
+          const uint64_t step = up ? static_cast<uint64_t>(s) : uint64_t{0} - static_cast<uint64_t>(s);
+          const uint64_t len = nonempty ? (span - 1) / step + 1 : 0;
+          if (len > kMaxListItems)
+            template_fail(a.line, "range({}, {}, {}) has more than {} items", b, e, s, kMaxListItems);
+          charge_work(static_cast<int64_t>(len), a.line);
           ValueList l;
-          for (int64_t i = b; s > 0 ? i < e : i > e; i += s) {
-            if (l.size() >= 1000000) template_fail(a.line, "range() longer than 1000000 items");
-            l.emplace_back(i);
-          }
-          charge_work(static_cast<int64_t>(l.size()), a.line);
+          l.reserve(static_cast<size_t>(len));
+          // b + k * s lies in [b, e] but k * s alone may not fit int64: wrap-around unsigned math.
+          for (uint64_t k = 0; k < len; ++k)
+            l.emplace_back(static_cast<int64_t>(static_cast<uint64_t>(b) + k * static_cast<uint64_t>(s)));
           return Value::list(std::move(l));
         }));
   m.set("raise_exception", Value::func("raise_exception", [](CallArgs& a) -> Value {
-          template_fail(a.line, "the template raised an error: {}", a.pos.empty() ? std::string() : to_str(a.pos[0]));
+          template_fail(a.line, "the template raised an error: {}", a.pos.empty() ? std::string() : to_str(a.pos[0], a.line));
         }));
   m.set("strftime_now", Value::func("strftime_now", [](CallArgs& a) {
           const std::string& f = str_arg(a, 0, "format", "strftime_now");

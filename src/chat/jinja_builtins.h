@@ -3,6 +3,8 @@
 // raise_exception, dict, strftime_now). Internal to src/chat.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include "chat/jinja_value.h"
@@ -31,5 +33,24 @@ Value make_globals();
 /// Items of an iterable for `for` and filters: list items, dict keys, string characters
 /// (UTF-8 code points), nothing for undefined. Throws for none/numbers/functions.
 ValueList iterate(const Value& v, int line);
+
+// Numbers (jinja_number.cpp). Python semantics on int64 and double; an integer result outside
+// int64 and a division by zero throw minfer::Error "chat template line N: ..." naming the
+// operation and its operands.
+
+/// `a op b` for op in + - * / // % ** with a and b numbers (int or float).
+Value arith_numbers(const std::string& op, const Value& a, const Value& b, int line);
+/// Unary minus of a number.
+Value negate_number(const Value& v, int line);
+/// abs() of a number.
+Value abs_number(const Value& v, int line);
+/// int(d): truncation toward zero; nullopt for NaN (Python's ValueError); throws outside int64.
+std::optional<int64_t> float_to_int(double d, int line);
+/// Python's int(text, base) for base 0 or 2..36 (whitespace, sign, 0x/0o/0b prefix, single
+/// underscores between digits); nullopt when Python raises ValueError; throws when the value is
+/// outside int64.
+std::optional<int64_t> parse_int(const std::string& text, int base, int line);
+/// Python's float(text) for decimal text, inf/infinity/nan; nullopt when Python raises ValueError.
+std::optional<double> parse_float(const std::string& text);
 
 }  // namespace minfer::jinja

@@ -11,10 +11,6 @@
 namespace minfer::jinja {
 namespace {
 
-// Output limit of one render. A chat prompt this long (about 2M tokens at ~4 bytes per token)
-// fits no context window; a runaway template stops here with an error instead of filling memory
-// and handing the tokenizer tens of megabytes.
-constexpr size_t kMaxOutputBytes = 8u << 20;
 // Nesting limit of a value kept by {% set %} (chat messages are a few levels deep).
 constexpr int kMaxValueDepth = 100;
 
@@ -31,6 +27,7 @@ class Interp {
   }
 
   std::string out;
+  DataSpans out_spans;  ///< the parts of `out` that came from caller data
 
   Flow exec(const Body& body) {
     for (const auto& n : body) {
@@ -49,8 +46,8 @@ class Interp {
     return Value::undefined(name);
   }
 
-  void emit(std::string_view s, int line) {
-    out += s;
+  void emit(std::string_view s, const DataSpans* spans, int line) {
+    append_marked(out, out_spans, s, spans);
     if (out.size() > kMaxOutputBytes)
       template_fail(line, "the rendered text exceeds {} bytes; a runaway template?", kMaxOutputBytes);
   }
@@ -67,8 +64,12 @@ class Interp {
 
   Flow exec(const Node& n) {
     switch (n.k) {
-      case Node::K::Text: emit(n.text, n.line); return Flow::Normal;
-      case Node::K::Output: emit(to_str(eval(*n.expr)), n.line); return Flow::Normal;
+      case Node::K::Text: emit(n.text, nullptr, n.line); return Flow::Normal;
+      case Node::K::Output: {
+        const Value v = text_of(eval(*n.expr), n.line);
+        emit(v.as_string(), v.data_spans(), n.line);
+        return Flow::Normal;
+      }
       case Node::K::If:
         for (const auto& [cond, body] : n.branches)
           if (!cond || truthy(eval(*cond))) return exec(body);
@@ -91,12 +92,17 @@ class Interp {
       }
       case Node::K::SetBlock: {
         std::string saved;
+        DataSpans saved_spans;
         saved.swap(out);
+        saved_spans.swap(out_spans);
         exec(n.body);
         std::string captured;
+        DataSpans captured_spans;
         captured.swap(out);
+        captured_spans.swap(out_spans);
         out.swap(saved);
-        assign(n, Value(std::move(captured)));
+        out_spans.swap(saved_spans);
+        assign(n, Value::marked_string(std::move(captured), std::move(captured_spans)));
         return Flow::Normal;
       }
       case Node::K::Break: return Flow::Break;
@@ -186,11 +192,43 @@ class Interp {
   // a + b for strings, bounded like the output so that a loop cannot grow a string without end,
   // and charged one work unit per KiB copied (a loop that appends to a string copies it each
   // time, quadratic work that the iteration count alone does not bound).
-  static std::string join_limited(const std::string& a, const std::string& b, int line) {
-    if (a.size() + b.size() > kMaxOutputBytes)
+  // The data spans of both parts are kept (shifted for b).
+  static Value join_limited(const Value& a, const Value& b, int line) {
+    const std::string &x = a.as_string(), &y = b.as_string();
+    if (x.size() + y.size() > kMaxOutputBytes)
       template_fail(line, "a string longer than {} bytes; a runaway template?", kMaxOutputBytes);
-    charge_work(static_cast<int64_t>((a.size() + b.size()) >> 10), line);
-    return a + b;
+    charge_work(static_cast<int64_t>((x.size() + y.size()) >> 10), line);
+    std::string s;
+    DataSpans spans;
+    s.reserve(x.size() + y.size());
+    append_marked(s, spans, x, a.data_spans());
+    append_marked(s, spans, y, b.data_spans());
+    return Value::marked_string(std::move(s), std::move(spans));
+  }
+
+  // {{ v }} and `~`: strings as they are (with their data spans), other values printed, all
+  // data when they hold any caller data.
+  static Value text_of(const Value& v, int line) {
+    if (v.is_string()) return v;
+    std::string s = to_str(v, line);
+    return contains_data(v) ? Value::data_string(std::move(s)) : Value(std::move(s));
+  }
+
+  // A value computed from caller data (a filter, a method of a data string, a call with data
+  // arguments) is data: its strings are marked unless they already carry marks.
+  static Value derived(Value r, bool from_data) {
+    if (!from_data) return r;
+    if (r.is_string()) return r.has_data() ? r : Value::data_string(r.as_string());
+    if (r.is_list() || r.kind() == Value::Kind::Func) return r.as_data();
+    return r;
+  }
+
+  static bool args_have_data(const CallArgs& a) {
+    for (const Value& v : a.pos)
+      if (contains_data(v)) return true;
+    for (const auto& kv : a.kw)
+      if (contains_data(kv.second)) return true;
+    return false;
   }
 
   [[noreturn]] static void undefined_error(const Value& v, int line) {
@@ -200,9 +238,8 @@ class Interp {
   static Value arith(const std::string& op, const Value& a, const Value& b, int line) {
     if (a.is_undefined()) undefined_error(a, line);
     if (b.is_undefined()) undefined_error(b, line);
-    const bool ints = a.kind() == Value::Kind::Int && b.kind() == Value::Kind::Int;
     if (op == "+") {
-      if (a.is_string() && b.is_string()) return Value(join_limited(a.as_string(), b.as_string(), line));
+      if (a.is_string() && b.is_string()) return join_limited(a, b, line);
       if (a.is_list() && b.is_list()) {
         ValueList l = a.as_list();
         l.insert(l.end(), b.as_list().begin(), b.as_list().end());
@@ -210,54 +247,39 @@ class Interp {
       }
     }
     if (op == "*" && ((a.is_string() || a.is_list()) && b.kind() == Value::Kind::Int)) {
+      // The size is checked before anything is allocated; an empty operand gives an empty result
+      // at once (the copy loop would otherwise run n times for nothing).
       const int64_t n = std::max<int64_t>(0, b.as_int());
       if (a.is_string()) {
-        if (static_cast<double>(n) * static_cast<double>(a.as_string().size()) > kMaxOutputBytes)
-          template_fail(line, "string repetition too large");
-        std::string s;
-        for (int64_t k = 0; k < n; ++k) s += a.as_string();
-        return Value(std::move(s));
+        const std::string& s = a.as_string();
+        if (s.empty() || n == 0) return Value(std::string());
+        if (static_cast<uint64_t>(n) > kMaxOutputBytes / s.size())
+          template_fail(line, "string repetition: {} copies of {} bytes exceed {} bytes", n, s.size(), kMaxOutputBytes);
+        std::string r;
+        r.reserve(s.size() * static_cast<size_t>(n));
+        for (int64_t k = 0; k < n; ++k) r += s;
+        return a.has_data() ? Value::data_string(std::move(r)) : Value(std::move(r));
       }
-      if (static_cast<double>(n) * static_cast<double>(a.as_list().size()) > 1e6)
-        template_fail(line, "list repetition too large");
+      const ValueList& items = a.as_list();
+      if (items.empty() || n == 0) return Value::list();
+      // Strings are copied with the list (lists and dicts inside it are shared): both the item
+      // count and the copied string bytes are bounded.
+      size_t bytes = 0;
+      for (const Value& x : items) bytes += x.is_string() ? x.as_string().size() : 0;
+      if (static_cast<uint64_t>(n) > kMaxListItems / items.size() ||
+          (bytes > 0 && static_cast<uint64_t>(n) > kMaxOutputBytes / bytes))
+        template_fail(line, "list repetition: {} copies of {} items ({} bytes of strings) exceed {} items or {} bytes",
+                      n, items.size(), bytes, kMaxListItems, kMaxOutputBytes);
       ValueList l;
-      for (int64_t k = 0; k < n; ++k) l.insert(l.end(), a.as_list().begin(), a.as_list().end());
+      l.reserve(items.size() * static_cast<size_t>(n));
+      for (int64_t k = 0; k < n; ++k) l.insert(l.end(), items.begin(), items.end());
+      charge_work(static_cast<int64_t>(l.size()), line);
       return Value::list(std::move(l));
     }
     if (!a.is_number() || !b.is_number())
       template_fail(line, "unsupported operand types for {}: {} and {}", op, kind_name(a.kind()),
                     kind_name(b.kind()));
-    const double x = a.as_number(), y = b.as_number();
-    if (op == "+") return ints ? Value(a.as_int() + b.as_int()) : Value(x + y);
-    if (op == "-") return ints ? Value(a.as_int() - b.as_int()) : Value(x - y);
-    if (op == "*") return ints ? Value(a.as_int() * b.as_int()) : Value(x * y);
-    if (op == "**") {
-      if (ints && b.as_int() >= 0) {
-        int64_t r = 1;
-        for (int64_t k = 0; k < b.as_int() && k < 64; ++k) r *= a.as_int();
-        return Value(r);
-      }
-      return Value(std::pow(x, y));
-    }
-    if (y == 0.0) template_fail(line, "division by zero");
-    if (op == "/") return Value(x / y);
-    if (op == "//") {
-      if (ints) {
-        int64_t q = a.as_int() / b.as_int();
-        if ((a.as_int() % b.as_int() != 0) && ((a.as_int() < 0) != (b.as_int() < 0))) --q;
-        return Value(q);
-      }
-      return Value(std::floor(x / y));
-    }
-    if (op == "%") {
-      if (ints) {
-        int64_t r = a.as_int() % b.as_int();
-        if (r != 0 && ((r < 0) != (b.as_int() < 0))) r += b.as_int();
-        return Value(r);
-      }
-      return Value(x - y * std::floor(x / y));
-    }
-    template_fail(line, "unknown operator '{}'", op);
+    return arith_numbers(op, a, b, line);
   }
 
   static bool contains(const Value& container, const Value& item, int line) {
@@ -298,6 +320,7 @@ class Interp {
         for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
           Value k = eval(*e.args[i]);
           if (!k.is_string()) template_fail(e.line, "dict keys must be strings, not {}", kind_name(k.kind()));
+          if (k.has_data()) m.as_map().keys_are_data = true;
           m.as_map().set(k.as_string(), eval(*e.args[i + 1]));
         }
         return m;
@@ -307,30 +330,40 @@ class Interp {
         if (obj.is_undefined()) undefined_error(obj, e.line);
         Value r = get_attr(obj, e.name, e.line);
         if (r.is_undefined()) r = Value::undefined(e.name);
+        if (obj.is_string() && obj.has_data()) r = derived(std::move(r), true);  // str methods
         return r;
       }
       case Expr::K::Index: {
         Value obj = eval(*e.args[0]);
         if (obj.is_undefined()) undefined_error(obj, e.line);
-        return get_item(obj, eval(*e.args[1]), e.line);
+        Value key = eval(*e.args[1]);
+        Value r = get_item(obj, key, e.line);
+        return obj.is_string() ? derived(std::move(r), obj.has_data()) : r;
       }
       case Expr::K::Slice: {
         Value obj = eval(*e.args[0]);
         if (obj.is_undefined()) undefined_error(obj, e.line);
         auto part = [&](size_t i) { return e.args[i] ? eval(*e.args[i]) : Value::none(); };
-        return get_slice(obj, part(1), part(2), part(3), e.line);
+        Value r = get_slice(obj, part(1), part(2), part(3), e.line);
+        return obj.is_string() ? derived(std::move(r), obj.has_data()) : r;
       }
       case Expr::K::Call: {
         Value f = eval(*e.args[0]);
         if (f.is_undefined()) template_fail(e.line, "'{}' is undefined (cannot call it)", f.as_string());
         if (f.kind() != Value::Kind::Func) template_fail(e.line, "{} is not callable", kind_name(f.kind()));
         CallArgs a = eval_args(e, 1);
-        return f.as_func()(a);
+        const bool from_data = f.has_data() || args_have_data(a);
+        return derived(f.as_func()(a), from_data);
       }
       case Expr::K::Filter: {
         Value v = eval(*e.args[0]);
         CallArgs a = eval_args(e, 1);
-        return apply_filter(e.name, v, a);
+        Value r = apply_filter(e.name, v, a);
+        // Filters that return their input or items of it (default, first, select, sort, ...)
+        // keep the marks those values have; new strings made from data are data.
+        if (r.is_string() && r.has_data()) return r;
+        if (!r.is_string() && !r.is_list()) return r;
+        return derived(std::move(r), contains_data(v) || args_have_data(a));
       }
       case Expr::K::Test: {
         Value v = eval(*e.args[0]);
@@ -343,7 +376,7 @@ class Interp {
         if (v.is_undefined()) undefined_error(v, e.line);
         if (!v.is_number()) template_fail(e.line, "bad operand type for unary {}: {}", e.name, kind_name(v.kind()));
         if (e.name == "+") return v;
-        return v.kind() == Value::Kind::Int ? Value(-v.as_int()) : Value(-v.as_number());
+        return negate_number(v, e.line);
       }
       case Expr::K::Binary: {
         Value a = eval(*e.args[0]);
@@ -353,7 +386,7 @@ class Interp {
         if (op == "!=") return Value(!equals(a, b));
         if (op == "in") return Value(contains(b, a, e.line));
         if (op == "notin") return Value(!contains(b, a, e.line));
-        if (op == "~") return Value(join_limited(to_str(a), to_str(b), e.line));
+        if (op == "~") return join_limited(text_of(a, e.line), text_of(b, e.line), e.line);
         if (op == "<" || op == ">" || op == "<=" || op == ">=") {
           if (a.is_undefined()) undefined_error(a, e.line);
           if (b.is_undefined()) undefined_error(b, e.line);
@@ -389,11 +422,13 @@ Template::~Template() = default;
 Template::Template(Template&&) noexcept = default;
 Template& Template::operator=(Template&&) noexcept = default;
 
-std::string Template::render(const Value& context) const {
+Rendered Template::render_marked(const Value& context) const {
   reset_work();
   Interp in(context);
   if (in.exec(*body_) != Flow::Normal) fail("chat template: break or continue outside a for loop");
-  return std::move(in.out);
+  return Rendered{std::move(in.out), std::move(in.out_spans)};
 }
+
+std::string Template::render(const Value& context) const { return render_marked(context).text; }
 
 }  // namespace minfer::jinja

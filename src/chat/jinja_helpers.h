@@ -24,7 +24,13 @@ inline const std::string& str_arg(const CallArgs& a, size_t pos, std::string_vie
   return v->as_string();
 }
 
-inline std::vector<std::string> code_points(const std::string& s) {
+/// Work units charged for scanning `bytes` bytes of a string: one per 256 bytes, so that a loop
+/// that indexes, slices or measures a long string cannot scan it without bound (2M units: 512 MB).
+inline void charge_scan(size_t bytes, int line) { charge_work(static_cast<int64_t>(bytes >> 8), line); }
+
+/// The UTF-8 code points of `s` (an invalid byte is one code point); charges the scan.
+inline std::vector<std::string> code_points(const std::string& s, int line) {
+  charge_scan(s.size(), line);
   std::vector<std::string> out;
   size_t pos = 0;
   while (pos < s.size()) {
@@ -105,16 +111,44 @@ inline bool starts_or_ends(const std::string& s, const Value& what, bool starts,
   return one(what);
 }
 
-inline std::string replace_all(std::string s, const std::string& from, const std::string& to, int64_t count) {
-  if (from.empty()) return s;
-  size_t pos = 0;
+/// Python's str.replace(from, to, count) (count < 0: all; an empty `from` matches before each
+/// code point and at the end). Builds the result in one pass and fails before it grows past
+/// kMaxOutputBytes.
+inline std::string replace_all(const std::string& s, const std::string& from, const std::string& to, int64_t count,
+                               int line) {
+  std::string out;
   int64_t done = 0;
-  while ((count < 0 || done < count) && (pos = s.find(from, pos)) != std::string::npos) {
-    s.replace(pos, from.size(), to);
-    pos += to.size();
+  auto put = [&](std::string_view piece) {
+    if (out.size() + piece.size() > kMaxOutputBytes)
+      template_fail(line, "replace: the result would exceed {} bytes", kMaxOutputBytes);
+    out += piece;
+  };
+  if (from.empty()) {
+    size_t pos = 0;
+    while (pos < s.size()) {
+      if (count < 0 || done < count) {
+        put(to);
+        ++done;
+      }
+      size_t n = tok::utf8_char_len(s, pos);
+      if (n == 0) n = 1;
+      put(std::string_view(s).substr(pos, n));
+      pos += n;
+    }
+    if (count < 0 || done < count) put(to);
+    return out;
+  }
+  size_t pos = 0;
+  while (count < 0 || done < count) {
+    const size_t hit = s.find(from, pos);
+    if (hit == std::string::npos) break;
+    put(std::string_view(s).substr(pos, hit - pos));
+    put(to);
+    pos = hit + from.size();
     ++done;
   }
-  return s;
+  put(std::string_view(s).substr(pos));
+  return out;
 }
 
 inline std::string title_case(const std::string& s) {

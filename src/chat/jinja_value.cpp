@@ -19,6 +19,10 @@ void ValueMap::set(const std::string& key, Value v) {
   items.emplace_back(key, std::move(v));
 }
 
+Value key_value(const ValueMap& m, const std::string& key) {
+  return m.keys_are_data ? Value::data_string(key) : Value(key);
+}
+
 Value Value::undefined(std::string name) {
   Value v;
   v.s_ = std::move(name);
@@ -47,6 +51,72 @@ Value Value::func(std::string name, Function fn) {
   v.s_ = std::move(name);
   v.fn_ = std::make_shared<Function>(std::move(fn));
   return v;
+}
+
+Value Value::data_string(std::string s) {
+  const size_t n = s.size();
+  Value v(std::move(s));
+  if (n) v.spans_ = std::make_shared<const DataSpans>(DataSpans{{0, n}});
+  return v;
+}
+
+Value Value::marked_string(std::string s, DataSpans spans) {
+  Value v(std::move(s));
+  if (!spans.empty()) v.spans_ = std::make_shared<const DataSpans>(std::move(spans));
+  return v;
+}
+
+Value Value::as_data() const {
+  switch (kind_) {
+    case Kind::String: return data_string(s_);
+    case Kind::List: {
+      ValueList l = *l_;
+      for (Value& x : l)
+        if (x.is_string() && !x.has_data()) x = data_string(x.s_);
+      return list(std::move(l));
+    }
+    case Kind::Map: {
+      Value m = map();
+      *m.m_ = *m_;
+      m.m_->keys_are_data = true;
+      for (auto& kv : m.m_->items)
+        if (kv.second.is_string() && !kv.second.has_data()) kv.second = data_string(kv.second.s_);
+      return m;
+    }
+    case Kind::Func: {
+      Value f = *this;
+      f.spans_ = std::make_shared<const DataSpans>(DataSpans{{0, 1}});
+      return f;
+    }
+    default: return *this;
+  }
+}
+
+bool contains_data(const Value& v, int depth) {
+  if (v.has_data()) return true;
+  if (!v.is_list() && !v.is_map()) return false;
+  if (depth >= kMaxDataDepth) return true;
+  if (v.is_list()) {
+    for (const Value& x : v.as_list())
+      if (contains_data(x, depth + 1)) return true;
+    return false;
+  }
+  if (v.as_map().keys_are_data && !v.as_map().items.empty()) return true;
+  for (const auto& kv : v.as_map().items)
+    if (contains_data(kv.second, depth + 1)) return true;
+  return false;
+}
+
+void append_marked(std::string& out, DataSpans& out_spans, std::string_view s, const DataSpans* spans) {
+  const size_t base = out.size();
+  out += s;
+  if (!spans) return;
+  for (const DataSpan& d : *spans) {
+    const DataSpan shifted{base + d.begin, base + d.end};
+    if (shifted.begin == shifted.end) continue;
+    if (!out_spans.empty() && out_spans.back().end == shifted.begin) out_spans.back().end = shifted.end;
+    else out_spans.push_back(shifted);
+  }
 }
 
 const char* kind_name(Value::Kind k) {
@@ -136,11 +206,18 @@ void json_string(std::string& out, const std::string& s) {
   out += '"';
 }
 
-void json_value(std::string& out, const Value& v, int indent, int depth, int line) {
+void check_size(const std::string& out, size_t more, const char* what, int line) {
+  if (out.size() + more > kMaxOutputBytes)
+    template_fail(line, "{}: the text would exceed {} bytes", what, kMaxOutputBytes);
+}
+
+void json_value(std::string& out, const Value& v, int64_t indent, int depth, int line) {
   auto newline = [&](int d) {
     if (indent < 0) return;
+    const size_t pad = static_cast<size_t>(indent) * static_cast<size_t>(d);  // indent <= kMaxOutputBytes
+    check_size(out, pad + 1, "tojson", line);
     out += '\n';
-    out.append(static_cast<size_t>(indent * d), ' ');
+    out.append(pad, ' ');
   };
   switch (v.kind()) {
     case Value::Kind::Undefined: template_fail(line, "tojson: value '{}' is undefined", v.as_string());
@@ -153,8 +230,12 @@ void json_value(std::string& out, const Value& v, int indent, int depth, int lin
       out += std::isnan(d) ? "NaN" : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity") : float_repr(d);
       return;
     }
-    case Value::Kind::String: json_string(out, v.as_string()); return;
+    case Value::Kind::String:
+      json_string(out, v.as_string());
+      check_size(out, 0, "tojson", line);
+      return;
     case Value::Kind::List: {
+      check_size(out, 0, "tojson", line);
       const auto& l = v.as_list();
       if (l.empty()) {
         out += "[]";
@@ -171,6 +252,7 @@ void json_value(std::string& out, const Value& v, int indent, int depth, int lin
       return;
     }
     case Value::Kind::Map: {
+      check_size(out, 0, "tojson", line);
       const auto& m = v.as_map().items;
       if (m.empty()) {
         out += "{}";
@@ -193,38 +275,57 @@ void json_value(std::string& out, const Value& v, int indent, int depth, int lin
 
 }  // namespace
 
-std::string repr(const Value& v) {
+namespace {
+
+void repr_into(std::string& out, const Value& v, int line) {
   switch (v.kind()) {
-    case Value::Kind::Undefined: return "";
-    case Value::Kind::None: return "None";
-    case Value::Kind::Bool: return v.as_bool() ? "True" : "False";
-    case Value::Kind::Int: return std::to_string(v.as_int());
-    case Value::Kind::Float: return float_repr(v.as_number());
-    case Value::Kind::String: return string_repr(v.as_string());
+    case Value::Kind::Undefined: return;
+    case Value::Kind::None: out += "None"; return;
+    case Value::Kind::Bool: out += v.as_bool() ? "True" : "False"; return;
+    case Value::Kind::Int: out += std::to_string(v.as_int()); return;
+    case Value::Kind::Float: out += float_repr(v.as_number()); return;
+    case Value::Kind::String: out += string_repr(v.as_string()); break;
     case Value::Kind::List: {
-      std::string out = "[";
+      out += '[';
       const auto& l = v.as_list();
-      for (size_t i = 0; i < l.size(); ++i) out += (i ? ", " : "") + repr(l[i]);
-      return out + "]";
+      for (size_t i = 0; i < l.size(); ++i) {
+        if (i) out += ", ";
+        repr_into(out, l[i], line);
+      }
+      out += ']';
+      break;
     }
     case Value::Kind::Map: {
-      std::string out = "{";
+      out += '{';
       const auto& m = v.as_map().items;
-      for (size_t i = 0; i < m.size(); ++i)
-        out += (i ? ", " : "") + string_repr(m[i].first) + ": " + repr(m[i].second);
-      return out + "}";
+      for (size_t i = 0; i < m.size(); ++i) {
+        if (i) out += ", ";
+        out += string_repr(m[i].first);
+        out += ": ";
+        repr_into(out, m[i].second, line);
+      }
+      out += '}';
+      break;
     }
-    case Value::Kind::Func: return "<function " + v.as_string() + ">";
+    case Value::Kind::Func: out += "<function " + v.as_string() + ">"; return;
   }
-  return "";
+  check_size(out, 0, "printing a value", line);
 }
 
-std::string to_str(const Value& v) {
+}  // namespace
+
+std::string repr(const Value& v, int line) {
+  std::string out;
+  repr_into(out, v, line);
+  return out;
+}
+
+std::string to_str(const Value& v, int line) {
   if (v.is_string()) return v.as_string();
-  return repr(v);
+  return repr(v, line);
 }
 
-std::string to_json(const Value& v, int indent, int line) {
+std::string to_json(const Value& v, int64_t indent, int line) {
   std::string out;
   json_value(out, v, indent, 0, line);
   return out;
@@ -289,7 +390,7 @@ Value from_json(const nlohmann::ordered_json& j) {
     case nlohmann::json::value_t::number_integer: return Value(j.get<int64_t>());
     case nlohmann::json::value_t::number_unsigned: return Value(static_cast<int64_t>(j.get<uint64_t>()));
     case nlohmann::json::value_t::number_float: return Value(j.get<double>());
-    case nlohmann::json::value_t::string: return Value(j.get<std::string>());
+    case nlohmann::json::value_t::string: return Value::data_string(j.get<std::string>());
     case nlohmann::json::value_t::array: {
       ValueList l;
       for (const auto& e : j) l.push_back(from_json(e));
@@ -297,6 +398,7 @@ Value from_json(const nlohmann::ordered_json& j) {
     }
     case nlohmann::json::value_t::object: {
       Value m = Value::map();
+      m.as_map().keys_are_data = true;
       for (const auto& [k, e] : j.items()) m.as_map().set(k, from_json(e));
       return m;
     }
