@@ -32,7 +32,7 @@ ChatTemplate::~ChatTemplate() = default;
 ChatTemplate::ChatTemplate(ChatTemplate&&) noexcept = default;
 ChatTemplate& ChatTemplate::operator=(ChatTemplate&&) noexcept = default;
 
-std::string ChatTemplate::render(const nlohmann::ordered_json& messages, const ChatOptions& opt) const {
+RenderedChat ChatTemplate::render_marked(const nlohmann::ordered_json& messages, const ChatOptions& opt) const {
   MINFER_CHECK(messages.is_array(), "chat messages must be a JSON array, not {}", messages.type_name());
   for (size_t i = 0; i < messages.size(); ++i) {
     const auto& m = messages[i];
@@ -47,33 +47,80 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& messages, const C
             "chat message {}: the chatml format needs a string \"content\"", i);
       plain.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
     }
-    return render_chatml(plain, opt.add_generation_prompt);
+    return render_chatml_marked(plain, opt.add_generation_prompt);
   }
   jinja::Value ctx = jinja::Value::map();
   auto& c = ctx.as_map();
-  c.set("messages", jinja::from_json(messages));
+  c.set("messages", jinja::from_json(messages));  // from_json marks every string as data
   c.set("add_generation_prompt", jinja::Value(opt.add_generation_prompt));
   if (opt.enable_thinking) c.set("enable_thinking", jinja::Value(*opt.enable_thinking));
-  c.set("bos_token", jinja::Value(opt.bos_token));
+  c.set("bos_token", jinja::Value(opt.bos_token));  // the vocabulary's own token texts: not data
   c.set("eos_token", jinja::Value(opt.eos_token));
   if (!opt.tools.is_null()) c.set("tools", jinja::from_json(opt.tools));
-  if (origin_.empty()) return tmpl_->render(ctx);
-  try {
-    return tmpl_->render(ctx);
-  } catch (const Error& e) {
-    throw Error(origin_ + ": " + e.what());
+  jinja::Rendered r;
+  if (origin_.empty()) {
+    r = tmpl_->render_marked(ctx);
+  } else {
+    try {
+      r = tmpl_->render_marked(ctx);
+    } catch (const Error& e) {
+      throw Error(origin_ + ": " + e.what());
+    }
   }
+  RenderedChat out;
+  out.text = std::move(r.text);
+  out.data.reserve(r.data.size());
+  for (const jinja::DataSpan& d : r.data) out.data.push_back({d.begin, d.end});
+  return out;
+}
+
+RenderedChat ChatTemplate::render_marked(const std::vector<ChatMessage>& messages, const ChatOptions& opt) const {
+  return render_marked(to_json(messages), opt);
+}
+
+std::string ChatTemplate::render(const nlohmann::ordered_json& messages, const ChatOptions& opt) const {
+  return render_marked(messages, opt).text;
 }
 
 std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, const ChatOptions& opt) const {
   return render(to_json(messages), opt);
 }
 
-std::string render_chatml(const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
-  std::string out;
-  for (const auto& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
-  if (add_generation_prompt) out += "<|im_start|>assistant\n";
+std::vector<int32_t> ChatTemplate::tokenize(const tok::Tokenizer& tk, const nlohmann::ordered_json& messages,
+                                            const ChatOptions& opt) const {
+  return tokenize_chat(tk, render_marked(messages, opt));
+}
+
+std::vector<int32_t> ChatTemplate::tokenize(const tok::Tokenizer& tk, const std::vector<ChatMessage>& messages,
+                                            const ChatOptions& opt) const {
+  return tokenize_chat(tk, render_marked(messages, opt));
+}
+
+std::vector<int32_t> tokenize_chat(const tok::Tokenizer& tk, const RenderedChat& chat, bool add_special) {
+  return tk.encode_with_plain_ranges(chat.text, chat.data, add_special);
+}
+
+RenderedChat render_chatml_marked(const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
+  RenderedChat out;
+  auto data = [&](const std::string& s) {
+    if (s.empty()) return;
+    const size_t b = out.text.size();
+    out.text += s;
+    out.data.push_back({b, out.text.size()});
+  };
+  for (const auto& m : messages) {
+    out.text += "<|im_start|>";
+    data(m.role);
+    out.text += "\n";
+    data(m.content);
+    out.text += "<|im_end|>\n";
+  }
+  if (add_generation_prompt) out.text += "<|im_start|>assistant\n";
   return out;
+}
+
+std::string render_chatml(const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
+  return render_chatml_marked(messages, add_generation_prompt).text;
 }
 
 std::string render_chat(std::string_view template_source, const std::vector<ChatMessage>& messages,

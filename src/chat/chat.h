@@ -3,6 +3,13 @@
 // tokenizer_config.json chat_template) with the variables Hugging Face transformers passes:
 // messages, add_generation_prompt, enable_thinking (Qwen3), tools, bos_token, eos_token.
 // The name "chatml" selects a built-in ChatML format instead.
+//
+// Special tokens come only from the template's own text. The render keeps track of which parts
+// of the prompt came from the caller (message content and roles, tools, the system prompt), and
+// tokenize_chat parses special-token text such as "<|im_start|>" only outside those parts: a
+// user who types "<|im_end|>\n<|im_start|>system" gets those characters as plain text, not a
+// new system turn (llama.cpp's --no-special behaviour for content; OpenAI-style servers treat
+// message content as text). ChatTemplate::tokenize is the one way a chat becomes token ids.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -12,6 +19,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "tokenizer/tokenizer.h"
 
 namespace minfer::jinja {
 class Template;
@@ -34,6 +43,18 @@ struct ChatOptions {
   std::string eos_token;                ///< text of the eos token
   nlohmann::ordered_json tools = nullptr;  ///< list of tool definitions, or null for none
 };
+
+/// A rendered chat prompt: its text, and the byte ranges of it that came from the caller
+/// (sorted, non-overlapping), which are tokenized as plain text.
+struct RenderedChat {
+  std::string text;
+  std::vector<tok::Tokenizer::Range> data;
+};
+
+/// Token ids of a rendered chat: special tokens are parsed in the template's text only; the
+/// data ranges are plain text (tok::Tokenizer::encode_with_plain_ranges). add_special: bos/eos
+/// as the vocabulary asks (encode's add_special).
+std::vector<int32_t> tokenize_chat(const tok::Tokenizer& tk, const RenderedChat& chat, bool add_special = true);
 
 /// The name that selects the built-in ChatML format.
 inline constexpr std::string_view kChatmlName = "chatml";
@@ -59,6 +80,21 @@ class ChatTemplate {
   std::string render(const nlohmann::ordered_json& messages, const ChatOptions& opt) const;
   std::string render(const std::vector<ChatMessage>& messages, const ChatOptions& opt) const;
 
+  /// render(), with the ranges of the text that came from `messages` and opt.tools (every
+  /// string in them, their keys, and what the template computes from them); bos_token and
+  /// eos_token count as template text. Same errors as render().
+  RenderedChat render_marked(const nlohmann::ordered_json& messages, const ChatOptions& opt) const;
+  RenderedChat render_marked(const std::vector<ChatMessage>& messages, const ChatOptions& opt) const;
+
+  /// The prompt token ids of a conversation: render_marked + tokenize_chat (bos/eos added as
+  /// the vocabulary asks). This is the function every caller that turns messages into a prompt
+  /// uses (run --chat, chat, tokenize --chat, a server's chat completions). Throws minfer::Error
+  /// as render() does.
+  std::vector<int32_t> tokenize(const tok::Tokenizer& tk, const nlohmann::ordered_json& messages,
+                                const ChatOptions& opt) const;
+  std::vector<int32_t> tokenize(const tok::Tokenizer& tk, const std::vector<ChatMessage>& messages,
+                                const ChatOptions& opt) const;
+
  private:
   std::unique_ptr<jinja::Template> tmpl_;  // null for chatml
   std::string origin_;
@@ -67,6 +103,8 @@ class ChatTemplate {
 /// Built-in ChatML: "<|im_start|>ROLE\nCONTENT<|im_end|>\n" per message, then
 /// "<|im_start|>assistant\n" when add_generation_prompt (no default system prompt).
 std::string render_chatml(const std::vector<ChatMessage>& messages, bool add_generation_prompt);
+/// render_chatml with the roles and contents marked as data.
+RenderedChat render_chatml_marked(const std::vector<ChatMessage>& messages, bool add_generation_prompt);
 
 /// One call: ChatTemplate(template_source).render(messages, {add_generation_prompt,
 /// enable_thinking}).

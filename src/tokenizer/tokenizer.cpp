@@ -111,11 +111,48 @@ struct Tokenizer::Impl {
 
   std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special,
                               bool cached) const {
-    std::vector<int32_t> out;
-    out.reserve(text.size() / 3 + 4);
-    if (add_special && data.add_bos) out.push_back(data.bos_id);
     std::vector<Fragment> frags;
     specials->partition(text, parse_special, frags);
+    return encode_fragments(frags, text.size(), add_special, cached);
+  }
+
+  // Partitions each segment on its own (special tokens parsed outside `plain` only), then joins
+  // text fragments that touch (they are views into the same `text`) so that BPE sees the same
+  // pieces as for one unsegmented text.
+  std::vector<int32_t> encode_with_plain_ranges(std::string_view text, std::span<const Tokenizer::Range> plain,
+                                                bool add_special) const {
+    std::vector<Fragment> frags, part;
+    size_t pos = 0;
+    auto add_segment = [&](size_t end, bool parse_special) {
+      if (end == pos) return;
+      part.clear();
+      specials->partition(text.substr(pos, end - pos), parse_special, part);
+      for (const Fragment& f : part) {
+        if (!f.is_token && !frags.empty() && !frags.back().is_token &&
+            frags.back().text.data() + frags.back().text.size() == f.text.data()) {
+          frags.back().text = std::string_view(frags.back().text.data(), frags.back().text.size() + f.text.size());
+          continue;
+        }
+        frags.push_back(f);
+      }
+      pos = end;
+    };
+    for (const Tokenizer::Range& r : plain) {
+      MINFER_CHECK(r.begin >= pos && r.begin <= r.end && r.end <= text.size(),
+                   "encode_with_plain_ranges: range [{}, {}) out of order or outside the {}-byte text", r.begin,
+                   r.end, text.size());
+      add_segment(r.begin, true);
+      add_segment(r.end, false);
+    }
+    add_segment(text.size(), true);
+    return encode_fragments(frags, text.size(), add_special, true);
+  }
+
+  std::vector<int32_t> encode_fragments(const std::vector<Fragment>& frags, size_t text_size, bool add_special,
+                                        bool cached) const {
+    std::vector<int32_t> out;
+    out.reserve(text_size / 3 + 4);
+    if (add_special && data.add_bos) out.push_back(data.bos_id);
     std::vector<std::string_view> words;
     std::string clean;
     for (const Fragment& f : frags) {
@@ -150,6 +187,11 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special) const {
   return impl_->encode(text, add_special, parse_special, true);
+}
+
+std::vector<int32_t> Tokenizer::encode_with_plain_ranges(std::string_view text, std::span<const Range> plain,
+                                                         bool add_special) const {
+  return impl_->encode_with_plain_ranges(text, plain, add_special);
 }
 
 std::vector<int32_t> Tokenizer::encode_uncached(std::string_view text, bool add_special,

@@ -35,6 +35,23 @@ class Tokenizer {
   /// recognised, as in HF tokenizers and llama.cpp). Thread-safe.
   std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const;
 
+  /// A byte range [begin, end) of a text.
+  struct Range {
+    size_t begin = 0;
+    size_t end = 0;
+  };
+
+  /// Like encode(text, add_special, true), except that Control and Unknown tokens are recognised
+  /// only outside `plain` (sorted, non-overlapping ranges of `text`): the text inside them is
+  /// tokenized as plain text, as with parse_special off (UserDefined tokens are still
+  /// recognised). The plain text between two recognised tokens is pre-tokenized and merged as
+  /// one piece whether or not it crosses a range boundary, so with no special-token text inside
+  /// `plain` the ids equal encode(text, add_special, true). For chat prompts: the template's own
+  /// text gives control tokens, message content never does. Throws minfer::Error for ranges out
+  /// of order or outside `text`. Thread-safe.
+  std::vector<int32_t> encode_with_plain_ranges(std::string_view text, std::span<const Range> plain,
+                                                bool add_special) const;
+
   /// The bytes token `id` stands for. Control and Unknown tokens give their text when
   /// render_special, else ""; Unused/Undefined tokens give "". May be a partial UTF-8
   /// character. The view stays valid while the Tokenizer lives. Throws minfer::Error for an id

@@ -59,15 +59,14 @@ void chat(const ChatArgs& a) {
     }
     if (line.empty()) continue;
     msgs.push_back({"user", line});
-    const std::string text = tmpl.render(msgs, copt);
-    const std::vector<int32_t> ids = tk.encode(text, true, true);
+    const std::vector<int32_t> ids = tmpl.tokenize(tk, msgs, copt);
     if (static_cast<int64_t>(ids.size()) >= n_ctx) {  // reject this message, keep the session
       msgs.pop_back();
       // Would it fit without the earlier turns? Then /reset helps; otherwise only a larger -c.
       std::vector<chat::ChatMessage> alone(msgs.begin(), msgs.begin() + (a.system.empty() ? 0 : 1));
       const bool has_history = msgs.size() > alone.size();
       alone.push_back({"user", line});
-      const size_t n_alone = has_history ? tk.encode(tmpl.render(alone, copt), true, true).size() : ids.size();
+      const size_t n_alone = has_history ? tmpl.tokenize(tk, alone, copt).size() : ids.size();
       if (static_cast<int64_t>(n_alone) < n_ctx)
         std::fprintf(stderr,
                      "minfer: message not sent: the conversation with it is %zu tokens, which does not fit "

@@ -46,16 +46,17 @@ void run(const RunArgs& a) {
   LoadedModel lm = load_model(a.model);
   if (a.file.empty() && prompt == "-") prompt.assign(std::istreambuf_iterator<char>(std::cin), {});
   const tok::Tokenizer& tk = *lm.model->tokenizer();
-  std::string text = prompt;
+  std::vector<int32_t> ids;
   if (a.chat) {
     std::vector<chat::ChatMessage> msgs;
     if (!a.system.empty()) msgs.push_back({"system", a.system});
     msgs.push_back({"user", prompt});
     const chat::ChatTemplate tmpl =
         chat_template_for(std::move(template_override), tk.chat_template(), a.model.model);
-    text = tmpl.render(msgs, copt);
+    ids = tmpl.tokenize(tk, msgs, copt);  // the prompt and system text never become control tokens
+  } else {
+    ids = tk.encode(prompt, /*add_special=*/true, /*parse_special=*/true);
   }
-  const std::vector<int32_t> ids = tk.encode(text, /*add_special=*/true, /*parse_special=*/true);
   if (ids.empty()) fail("the prompt is empty");
   Sampler sampler(sampling);
   Session session(*lm.engine, tk);

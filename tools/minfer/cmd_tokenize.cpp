@@ -88,7 +88,8 @@ void run(const TokenizeOptions& o) {
   const tok::Tokenizer tokenizer = load_tokenizer(o.model);
   std::string text = o.text;
   if (!o.text_given || text == "-") text = read_all(std::cin);
-  bool parse_special = !o.no_special;
+  const bool parse_special = !o.no_special;
+  std::vector<int32_t> ids;
   if (o.chat) {
     const std::string source =
         chat::select_chat_template(tokenizer.chat_template(), o.chat_template, o.model);
@@ -100,14 +101,17 @@ void run(const TokenizeOptions& o) {
     opt.enable_thinking = !o.no_think;
     if (tokenizer.bos() >= 0) opt.bos_token = std::string(tokenizer.token_text(tokenizer.bos()));
     if (tokenizer.eos() >= 0) opt.eos_token = std::string(tokenizer.token_text(tokenizer.eos()));
-    text = chat::ChatTemplate(source, chat::chat_template_origin(o.chat_template, o.model)).render(messages, opt);
-    parse_special = true;  // the template's <|im_start|> etc. are meant as tokens
+    // The template's <|im_start|> etc. are tokens; the text and system prompt are plain text.
+    const chat::RenderedChat rendered =
+        chat::ChatTemplate(source, chat::chat_template_origin(o.chat_template, o.model)).render_marked(messages, opt);
     if (o.print_prompt) {
-      std::fwrite(text.data(), 1, text.size(), stdout);
+      std::fwrite(rendered.text.data(), 1, rendered.text.size(), stdout);
       return;
     }
+    ids = chat::tokenize_chat(tokenizer, rendered, !o.no_add_special);
+  } else {
+    ids = tokenizer.encode(text, !o.no_add_special, parse_special);
   }
-  const std::vector<int32_t> ids = tokenizer.encode(text, !o.no_add_special, parse_special);
   std::string out;
   if (o.ids_only) {
     for (size_t i = 0; i < ids.size(); ++i) {
