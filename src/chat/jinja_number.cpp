@@ -25,10 +25,7 @@ int64_t int_pow(int64_t base, int64_t exp, int line) {
   int64_t r = 1, b = base;
   for (int64_t e = exp; e > 0; e >>= 1) {
     if ((e & 1) && __builtin_mul_overflow(r, b, &r)) overflow("**", base, exp, line);
-    if (e > 1 && __builtin_mul_overflow(b, b, &b)) {
-      if (b == 0 || r == 0) break;  // unreachable for |base| >= 2; kept for clarity
-      overflow("**", base, exp, line);
-    }
+    if (e > 1 && __builtin_mul_overflow(b, b, &b)) overflow("**", base, exp, line);
   }
   return r;
 }

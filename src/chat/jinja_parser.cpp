@@ -171,17 +171,24 @@ class ExprParser {
   ExprPtr math1() { return binary_level(&ExprParser::concat, {"+", "-"}); }
   ExprPtr concat() { return binary_level(&ExprParser::math2, {"~"}); }
   ExprPtr math2() { return binary_level(&ExprParser::power, {"*", "/", "//", "%"}); }
-  ExprPtr power() { return binary_level(&ExprParser::unary, {"**"}); }
-  ExprPtr unary() {
+  ExprPtr power() { return binary_level(&ExprParser::signed_operand, {"**"}); }
+  ExprPtr signed_operand() { return unary(true); }
+  // As Jinja's parse_unary: the sign binds tighter than filters and tests (-2|abs is 2,
+  // -2 is divisibleby(2) tests -2), so the operand of a sign takes no filters itself.
+  ExprPtr unary(bool with_filters = true) {
     if (is_op("-") || is_op("+")) {
       enter();
       auto e = make(Expr::K::Unary, peek().line);
       e->name = next().text;
-      e->args.push_back(unary());
+      e->args.push_back(unary(false));
       --depth_;
-      return filters(seal(std::move(e)));
+      ExprPtr u = seal(std::move(e));
+      if (!with_filters) return u;
+      return filters(std::move(u));
     }
-    return filters(postfix(primary()));
+    ExprPtr p = postfix(primary());
+    if (!with_filters) return p;
+    return filters(std::move(p));
   }
 
   void call_args(Expr& e) {  // after '('
