@@ -10,21 +10,18 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/read_file.h"
 
 namespace minfer {
 
+// A FIFO is refused without waiting for a writer (open_regular_file).
 MappedFile::MappedFile(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail("{}: cannot open: {}", path, std::strerror(errno));
+  const int fd = open_regular_file(path, "");  // refuses FIFOs, devices and folders without blocking
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     const int e = errno;
     ::close(fd);
     fail("{}: cannot stat: {}", path, std::strerror(e));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail("{}: not a regular file", path);
   }
   size_ = static_cast<size_t>(st.st_size);
   if (size_ > 0) {
