@@ -180,5 +180,63 @@ TEST(ReadFile, a_fifo_is_refused_without_waiting_for_a_writer_where_a_regular_fi
                        "--chat-template " + fifo + ": not a regular file (a FIFO or pipe)\n");
 }
 
+// The contract (docs/adr/0005-model-files-must-not-change-while-mapped.md): a file truncated under
+// a mapping is reported by name when a read reaches the missing pages.
+TEST(MappedFileFault, a_read_past_a_truncation_ends_the_process_with_one_line_naming_the_file_and_status_74) {
+  const auto dir = test::temp_dir();
+  const long page = ::sysconf(_SC_PAGESIZE);
+  const std::string path = write_bytes(dir / "model.gguf", static_cast<size_t>(3 * page), 'w');
+  const ChildEnd e = in_child([&] {
+    MappedFile m(path);
+    volatile uint8_t sum = m.data()[0];  // readable while the file is whole
+    if (::truncate(path.c_str(), page) != 0) return 2;
+    sum = static_cast<uint8_t>(sum + m.data()[2 * page + 10]);  // past the new end: SIGBUS
+    return sum == 0 ? 4 : 5;
+  });
+  ASSERT_TRUE(WIFEXITED(e.status)) << "ended by " << (WIFSIGNALED(e.status) ? strsignal(WTERMSIG(e.status)) : "?")
+                                   << "; stderr: " << e.err;
+  EXPECT_EQ(WEXITSTATUS(e.status), kExitMappedFileChanged) << e.err;
+  EXPECT_EQ(e.err, "minfer: error: " + path + ": reading byte " + std::to_string(2 * page + 10) + " of the " +
+                       std::to_string(3 * page) +
+                       " mapped failed (the file was truncated while in use, or a read error); a model file must "
+                       "not be truncated or rewritten while minfer uses it\n");
+}
+
+TEST(MappedFileFault, a_tensor_read_of_a_truncated_gguf_names_the_gguf_file) {
+  const auto dir = test::temp_dir();
+  const std::string path = (dir / "weights.gguf").string();
+  gguf::GgufWriter w;
+  w.add_tensor_bytes("big", TensorType::I8, std::vector<int64_t>{1 << 16}, std::vector<uint8_t>(1 << 16, 3));
+  w.write(path);
+  const ChildEnd e = in_child([&] {
+    const auto f = gguf::GgufFile::open(path);
+    const gguf::TensorInfo* t = f->find_tensor("big");
+    if (t == nullptr) return 2;
+    if (::truncate(path.c_str(), 4096) != 0) return 2;
+    const volatile uint8_t* p = t->data;
+    return p[(1 << 16) - 1] == 3 ? 4 : 5;
+  });
+  ASSERT_TRUE(WIFEXITED(e.status)) << "ended by " << (WIFSIGNALED(e.status) ? strsignal(WTERMSIG(e.status)) : "?")
+                                   << "; stderr: " << e.err;
+  EXPECT_EQ(WEXITSTATUS(e.status), kExitMappedFileChanged) << e.err;
+  EXPECT_EQ(e.err.rfind("minfer: error: " + path + ": reading byte ", 0), 0u) << e.err;
+  EXPECT_EQ(std::count(e.err.begin(), e.err.end(), '\n'), 1) << e.err;
+}
+
+// Only a fault inside a watched mapping is reported as a changed file: a SIGBUS sent by kill()
+// while a file is mapped still ends the process by SIGBUS.
+TEST(MappedFileFault, a_sigbus_that_is_no_read_fault_keeps_its_default_action) {
+  const auto dir = test::temp_dir();
+  const std::string path = write_bytes(dir / "model.gguf", 8192, 'w');
+  const ChildEnd e = in_child([&] {
+    MappedFile m(path);
+    ::kill(::getpid(), SIGBUS);
+    return 0;
+  });
+  ASSERT_TRUE(WIFSIGNALED(e.status)) << "status " << e.status << ": " << e.err;
+  EXPECT_EQ(WTERMSIG(e.status), SIGBUS);
+  EXPECT_EQ(e.err, "");
+}
+
 }  // namespace
 }  // namespace minfer
