@@ -1,10 +1,14 @@
 // GGUF writer -> reader round trips (every value type, arrays, string arrays, tensors, custom
 // alignment), writer input checks, atomic writes, and the typed metadata getters.
 #include <gtest/gtest.h>
+#include <grp.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <bit>
+#include <cerrno>
+#include <cstring>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -306,9 +310,8 @@ TEST(GgufWriter, NeverTouchesOtherFilesOrNonRegularOutputs) {
 }
 
 // Replacing an existing output keeps its permission bits (the rename would otherwise give a
-// 0600 private file 0644); an output this process may not write is refused like an open would
-// refuse it (root may write anything, so that half needs another user).
-TEST(GgufWriter, ReplacingAnOutputKeepsItsPermissionsAndAReadOnlyOutputIsRefused) {
+// 0600 private file 0644).
+TEST(GgufWriter, ReplacingAnOutputKeepsItsPermissions) {
   const auto dir = test::temp_dir();
   const auto path = (dir / "out.gguf").string();
   GgufWriter w;
@@ -321,17 +324,58 @@ TEST(GgufWriter, ReplacingAnOutputKeepsItsPermissionsAndAReadOnlyOutputIsRefused
   ASSERT_EQ(::stat(path.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 0640u);
   EXPECT_GT(test::read_bytes(path).size(), 3u);
-  if (::geteuid() == 0) GTEST_SKIP() << "running as root: a read-only file is writable for root";
+}
+
+// An output this process may not write is refused like an open for writing would refuse it, and
+// left as it was, although the folder is writable (the replacing rename needs only that). Root
+// may write any file, so as root (how CI runs) the write runs in a forked child that has dropped
+// to the unprivileged user 65534 ("nobody"): the same check, really refused by the kernel.
+TEST(GgufWriter, AReadOnlyOutputIsRefusedAndKeptEvenWhereItsFolderIsWritable) {
+  const auto dir = test::temp_dir();
+  ASSERT_EQ(::chmod(dir.c_str(), 0777), 0);  // writable for the unprivileged child too
   const auto ro = (dir / "ro.gguf").string();
   { std::ofstream(ro) << "secret"; }
-  ASSERT_EQ(::chmod(ro.c_str(), 0400), 0);
-  try {
-    w.write(ro);
-    ADD_FAILURE() << "a read-only output was replaced";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("ro.gguf: exists and is not writable"), std::string::npos) << e.what();
+  ASSERT_EQ(::chmod(ro.c_str(), 0444), 0);
+  auto attempt = [&]() -> std::string {
+    GgufWriter w;
+    w.add_tensor_bytes("t", TensorType::I8, std::vector<int64_t>{3}, random_bytes(3, 2));
+    try {
+      w.write(ro);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "(replaced)";
+  };
+  std::string error;
+  if (::geteuid() != 0) {
+    error = attempt();
+  } else {
+    int p[2];
+    ASSERT_EQ(::pipe(p), 0);
+    const pid_t pid = ::fork();
+    if (pid == 0) {  // no gtest macros here, only _exit
+      ::close(p[0]);
+      std::string msg;
+      if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0)
+        msg = std::string("cannot drop root: ") + std::strerror(errno);
+      else
+        msg = attempt();
+      const ssize_t n = ::write(p[1], msg.data(), msg.size());
+      ::_exit(n == static_cast<ssize_t>(msg.size()) ? 0 : 1);
+    }
+    ::close(p[1]);
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(p[0], buf, sizeof buf)) > 0) error.append(buf, static_cast<size_t>(n));
+    ::close(p[0]);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << ": " << error;
   }
+  EXPECT_NE(error.find("ro.gguf: exists and is not writable (Permission denied): not overwritten"), std::string::npos)
+      << error;
   EXPECT_EQ(test::read_bytes(ro).size(), 6u);
+  EXPECT_EQ(test::write_temporaries(dir), std::vector<std::string>{});
 }
 
 TEST(GgufWriter, CallsOnTensorOncePerTensorInOrder) {

@@ -1,5 +1,6 @@
-// A GGUF write ended by SIGTERM or SIGINT part way leaves no hidden temporary file
-// (".minfer-write-XXXXXX") beside the output, and the process still ends by that signal.
+// A GGUF write ended part way by any signal whose default action ends the process leaves no
+// hidden temporary file (".minfer-write-XXXXXX") beside the output, and the process still ends
+// by that signal.
 //
 // No sleeps and no races: a forked child writes a file whose second tensor's producer tells the
 // parent over a pipe that the write is under way and then blocks reading another pipe; the
@@ -15,6 +16,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <string.h>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -25,6 +27,7 @@
 #include "gguf/gguf_writer.h"
 #include "synth_model.h"
 #include "test_util.h"
+#include "tokenized_model.h"
 
 namespace minfer {
 namespace {
@@ -108,16 +111,27 @@ TEST_P(GgufWriteSignal, signal_during_write_removes_the_temporary_file_and_ends_
   EXPECT_FALSE(std::filesystem::exists(dir / "out.gguf"));
 }
 
-INSTANTIATE_TEST_SUITE_P(EndingSignals, GgufWriteSignal, ::testing::Values(SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGXFSZ),
-                         [](const ::testing::TestParamInfo<int>& p) {
-                           switch (p.param) {
-                             case SIGTERM: return std::string("SIGTERM");
-                             case SIGINT: return std::string("SIGINT");
-                             case SIGHUP: return std::string("SIGHUP");
-                             case SIGQUIT: return std::string("SIGQUIT");
-                             default: return std::string("SIGXFSZ");
-                           }
-                         });
+// Every signal whose default action ends the process, from signal(7) (written out here, not
+// taken from core/signal_cleanup.h, so that a signal missing there fails here), and every
+// real-time signal the C library leaves to programs. SIGKILL cannot be caught; SIGSTOP, SIGTSTP,
+// SIGTTIN and SIGTTOU stop the process and SIGCHLD, SIGCONT, SIGURG, SIGWINCH are ignored by
+// default, so they leave the write going.
+std::vector<int> ending_signals() {
+  std::vector<int> v = {SIGHUP,  SIGINT,  SIGQUIT, SIGILL,    SIGTRAP, SIGABRT,   SIGBUS,  SIGFPE,
+                        SIGUSR1, SIGSEGV, SIGUSR2, SIGPIPE,   SIGALRM, SIGTERM,   SIGSTKFLT, SIGXCPU,
+                        SIGXFSZ, SIGVTALRM, SIGPROF, SIGIO, SIGPWR, SIGSYS};
+  for (int sig = SIGRTMIN; sig <= SIGRTMAX; ++sig) v.push_back(sig);
+  return v;
+}
+
+std::string signal_name(int sig) {
+  if (sig >= SIGRTMIN && sig <= SIGRTMAX) return "SIGRTMIN_plus_" + std::to_string(sig - SIGRTMIN);
+  const char* abbrev = sigabbrev_np(sig);
+  return abbrev != nullptr ? std::string("SIG") + abbrev : "signal_" + std::to_string(sig);
+}
+
+INSTANTIATE_TEST_SUITE_P(EndingSignals, GgufWriteSignal, ::testing::ValuesIn(ending_signals()),
+                         [](const ::testing::TestParamInfo<int>& p) { return signal_name(p.param); });
 
 TEST(GgufWriteSignalIgnored, an_ignored_signal_stays_ignored_and_the_write_completes) {
   const std::filesystem::path dir = test::temp_dir();
@@ -147,24 +161,39 @@ TEST(RemoveOnSignal, arming_a_too_long_path_or_more_than_kMaxArmed_paths_is_an_e
   EXPECT_TRUE(a.armed());
 }
 
-TEST(GgufWriteSignalCli, quantize_ended_by_sigterm_leaves_no_temporary_file) {
-  if (ignored_here(SIGTERM)) GTEST_SKIP() << "SIGTERM is ignored in this process";
+// Before: SIGUSR1 and SIGALRM (like every signal but the five first covered) left the temporary file.
+class GgufWriteSignalCli : public ::testing::TestWithParam<int> {};
+
+TEST_P(GgufWriteSignalCli, quantize_and_synth_ended_by_the_signal_leave_no_temporary_file) {
+  const int sig = GetParam();
+  if (ignored_here(sig)) GTEST_SKIP() << strsignal(sig) << " is ignored in this process";
   const std::filesystem::path dir = test::temp_dir();
   test::SynthSpec spec;
   spec.type = TensorType::F32;
   const std::string in = test::write_synth_model(spec, dir).string();
   const std::string out = (dir / "out.gguf").string();
-  // `exec`: the shell becomes minfer, so the status popen reports is minfer's own.
-  const test::CommandResult r = test::run_shell("MINFER_TEST_WRITE_SIGNAL=15 exec " + test::minfer_bin() +
-                                                " quantize " + in + " " + out + " --type q4_0 -t 1");
-  EXPECT_EQ(r.signal, SIGTERM) << "status " << r.status << ": " << r.out;
-  EXPECT_EQ(test::write_temporaries(dir), std::vector<std::string>{});
-  EXPECT_FALSE(std::filesystem::exists(out));
-  // Without the hook the same command writes the file (the hook, not the input, ended it).
-  const test::CommandResult ok = test::run_shell(test::minfer_bin() + " quantize " + in + " " + out + " --type q4_0 -t 1");
-  EXPECT_EQ(ok.status, 0) << ok.out;
-  EXPECT_TRUE(std::filesystem::exists(out));
+  const std::string hook = "MINFER_TEST_WRITE_SIGNAL=" + std::to_string(sig) + " exec ";
+  const std::string quantize = test::minfer_bin() + " quantize " + in + " " + out + " --type q4_0 -t 1";
+  std::filesystem::create_directories(dir / "vocab");
+  (void)test::write_tokenized_model(spec, dir / "vocab", 300);  // and its tokenizer.json
+  const std::string synth = test::minfer_bin() + " synth --arch qwen2 --preset tiny --type q8_0 --vocab " +
+                            (dir / "vocab" / "tokenizer.json").string() + " -o " + out;
+  for (const std::string& cmd : {quantize, synth}) {
+    // `exec`: the shell becomes minfer, so the status popen reports is minfer's own.
+    const test::CommandResult r = test::run_shell(hook + cmd);
+    EXPECT_EQ(r.signal, sig) << cmd << ": status " << r.status << ": " << r.out;
+    EXPECT_EQ(test::write_temporaries(dir), std::vector<std::string>{}) << cmd;
+    EXPECT_FALSE(std::filesystem::exists(out)) << cmd;
+    // Without the hook the same command writes the file (the hook, not the input, ended it).
+    const test::CommandResult ok = test::run_shell(cmd);
+    EXPECT_EQ(ok.status, 0) << cmd << ": " << ok.out;
+    EXPECT_TRUE(std::filesystem::exists(out)) << cmd;
+    std::filesystem::remove(out);
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(SomeEndingSignals, GgufWriteSignalCli, ::testing::Values(SIGTERM, SIGUSR1, SIGALRM, SIGPIPE),
+                         [](const ::testing::TestParamInfo<int>& p) { return signal_name(p.param); });
 
 }  // namespace
 }  // namespace minfer

@@ -6,6 +6,7 @@
 
 #include "chat/jinja.h"
 #include "core/error.h"
+#include "core/read_file.h"
 
 namespace minfer::chat {
 namespace {
@@ -140,11 +141,9 @@ std::string select_chat_template(std::string_view model_template, std::string_vi
     MINFER_CHECK(std::filesystem::is_regular_file(path, ec),
                  "--chat-template {}: neither 'chatml' nor a readable template file{}", path,
                  std::filesystem::is_directory(path, ec) ? " (it is a directory)" : "");
-    std::ifstream in(path, std::ios::binary);
-    MINFER_CHECK(static_cast<bool>(in), "--chat-template {}: cannot open the template file", path);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    MINFER_CHECK(!in.bad(), "--chat-template {}: error reading the template file", path);
-    return text;
+    // Opened without blocking and checked again on the descriptor (a path swapped for a FIFO
+    // after the check above is refused, not waited on); bounded like every input.
+    return read_file_bytes(path, "--chat-template", kSmallFileLimitBytes, FileKinds::kRegular);
   }
   MINFER_CHECK(!model_template.empty(),
         "{}: the model has no tokenizer.chat_template; use --chat-template chatml", model_path);

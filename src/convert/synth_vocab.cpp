@@ -1,11 +1,15 @@
 #include "convert/synth_vocab.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <filesystem>
 #include <string_view>
 #include <vector>
 
 #include "core/error.h"
+#include "core/read_file.h"
 #include "gguf/gguf.h"
 #include "tokenizer/vocab.h"
 
@@ -14,11 +18,12 @@ namespace {
 
 /// True when the file starts with the GGUF magic.
 bool is_gguf(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  MINFER_CHECK(f != nullptr, "vocab file {}: cannot open it", path);
+  const int fd = open_regular_file(path, "vocab file");  // a FIFO is refused, not waited on
   char magic[4] = {};
-  const size_t n = std::fread(magic, 1, 4, f);
-  std::fclose(f);
+  ssize_t n;
+  while ((n = ::read(fd, magic, 4)) < 0 && errno == EINTR) {
+  }
+  ::close(fd);
   return n == 4 && std::string_view(magic, 4) == "GGUF";
 }
 

@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/read_file.h"
 #include "tokenizer/vocab.h"
 
 namespace minfer::tok {
@@ -24,12 +25,10 @@ constexpr const char* kQwen35Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 json read_json(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  MINFER_CHECK(static_cast<bool>(in), "{}: cannot open file", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
+  // A regular file only (a FIFO is refused, not waited on), bounded like every input.
+  const std::string text = read_file_bytes(path, "", kSmallFileLimitBytes, FileKinds::kRegular);
   try {
-    return json::parse(ss.str());
+    return json::parse(text);
   } catch (const json::parse_error& e) {
     // e.what() quotes the offending input bytes raw; the byte offset is enough to find them.
     fail("{}: not valid JSON (syntax error at byte {}); expected a tokenizer.json", path, e.byte);

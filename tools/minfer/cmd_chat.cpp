@@ -4,12 +4,12 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <iostream>
 #include <optional>
 #include <utility>
 
 #include "commands.h"
 #include "core/error.h"
+#include "core/read_file.h"
 #include "engine/generate.h"
 #include "options.h"
 #include "chat/chat.h"
@@ -44,12 +44,13 @@ void chat(const ChatArgs& a) {
   if (!a.system.empty()) msgs.push_back({"system", a.system});
   if (interactive) std::fprintf(stderr, "minfer chat: type a message, /reset to start over, /exit to quit\n");
   std::string line;
+  LineReader input(stdin, "stdin", kChatLineLimitBytes);
   for (;;) {
     if (interactive) {
       std::fputs("> ", stdout);
       std::fflush(stdout);
     }
-    if (!std::getline(std::cin, line)) break;
+    if (!input.next(line)) break;
     if (line == "/exit" || line == "/quit") break;
     if (line == "/reset") {
       msgs.resize(a.system.empty() ? 0 : 1);

@@ -26,7 +26,7 @@ void add_perplexity_command(CLI::App& app) {
   cmd->add_option("--chunks", a->chunks, "score at most this many chunks (-1: all)")->capture_default_str();
   cmd->callback([a] {
     if (a->chunks == 0 || a->chunks < -1) fail("--chunks {} must be positive, or -1 for all chunks", a->chunks);
-    const std::string text = read_file_bytes(a->file, "text file");
+    const std::string text = read_file_bytes(a->file, "text file", kTextLimitBytes);
     LoadedModel lm = load_model(a->model);
     const tok::Tokenizer& tk = *lm.model->tokenizer();
     const std::vector<int32_t> ids = tk.encode(text, /*add_special=*/true, /*parse_special=*/false);

@@ -1,7 +1,7 @@
 // `minfer run`: generate text from a prompt, streamed as it is produced, then one summary line.
+#include <unistd.h>
+
 #include <cstdio>
-#include <iostream>
-#include <iterator>
 #include <optional>
 #include <utility>
 
@@ -40,11 +40,11 @@ void run(const RunArgs& a) {
     template_override = chat_template_override(a.chat_template);
   }
   std::string prompt = a.prompt;
-  if (!a.file.empty()) prompt = read_file_bytes(a.file, "prompt file");
+  if (!a.file.empty()) prompt = read_file_bytes(a.file, "prompt file", kPromptLimitBytes);
   // The model (and its device, thread and cache options) loads before a '-' prompt is read, so
   // none of their errors waits for the end of stdin.
   LoadedModel lm = load_model(a.model);
-  if (a.file.empty() && prompt == "-") prompt.assign(std::istreambuf_iterator<char>(std::cin), {});
+  if (a.file.empty() && prompt == "-") prompt = read_fd_bytes(STDIN_FILENO, "stdin (-p -)", kPromptLimitBytes);
   const tok::Tokenizer& tk = *lm.model->tokenizer();
   std::vector<int32_t> ids;
   if (a.chat) {

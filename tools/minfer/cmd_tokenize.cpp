@@ -1,6 +1,8 @@
 // `minfer tokenize -m FILE [--ids|--pieces] [--no-special] [TEXT]`: text to token ids with the
 // tokenizer of a GGUF model (or a Hugging Face tokenizer.json). TEXT defaults to standard
 // input. --chat renders TEXT as a user message through the model's chat template first.
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -51,10 +53,6 @@ tok::Tokenizer load_tokenizer(const std::string& path) {
   return tok::Tokenizer(std::move(vocab));
 }
 
-std::string read_all(std::istream& in) {
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
 // A piece for display: valid UTF-8 kept, control characters, quotes and invalid bytes escaped.
 std::string display(std::string_view piece) {
   std::string out = "'";
@@ -87,7 +85,7 @@ std::string display(std::string_view piece) {
 void run(const TokenizeOptions& o) {
   const tok::Tokenizer tokenizer = load_tokenizer(o.model);
   std::string text = o.text;
-  if (!o.text_given || text == "-") text = read_all(std::cin);
+  if (!o.text_given || text == "-") text = read_fd_bytes(STDIN_FILENO, "stdin", kTextLimitBytes);
   const bool parse_special = !o.no_special;
   std::vector<int32_t> ids;
   if (o.chat) {
