@@ -38,6 +38,9 @@ struct SynthSpec {
   std::string wrong_shape_tensor;  ///< give this tensor one extra row (error tests)
   int64_t block_count = -1;        ///< written as <arch>.block_count (-1: n_layer; error tests)
   std::vector<std::string> extra_tensors;  ///< 1-D f32 tensors of n_embd values added (error tests)
+  /// Changes a tensor's f32 values (k x m, row-major: row r at r * k) before they are quantized
+  /// and written, e.g. to plant a NaN (error tests).
+  std::function<void(const std::string& name, std::vector<float>& values)> edit_values;
   std::function<void(gguf::GgufWriter&)> extra_metadata;  ///< adds keys after the hyper-parameters
 };
 
@@ -70,7 +73,8 @@ inline std::filesystem::path write_synth_model(const SynthSpec& s, const std::fi
     return v;
   };
   const auto vec = [&](const std::string& name, int64_t n, float sigma, float mean) {
-    const std::vector<float> v = values(n, sigma, mean);
+    std::vector<float> v = values(n, sigma, mean);
+    if (s.edit_values) s.edit_values(name, v);
     std::vector<uint8_t> bytes(v.size() * sizeof(float));
     std::memcpy(bytes.data(), v.data(), bytes.size());
     if (name == s.omit_tensor) return;
@@ -80,7 +84,8 @@ inline std::filesystem::path write_synth_model(const SynthSpec& s, const std::fi
   const auto mat = [&](const std::string& name, int64_t k, int64_t m, float sigma) {
     if (name == s.omit_tensor) return;
     if (name == s.wrong_shape_tensor) ++m;
-    const std::vector<float> v = values(k * m, sigma, 0.0f);
+    std::vector<float> v = values(k * m, sigma, 0.0f);
+    if (s.edit_values) s.edit_values(name, v);
     const size_t rb = row_bytes(s.type, k);
     std::vector<uint8_t> bytes(rb * static_cast<size_t>(m));
     const TypeTraits& t = type_traits(s.type);
