@@ -216,6 +216,55 @@ TEST(Decode, ControlTokensRenderOnlyWhenAsked) {
   EXPECT_THROW(tok.token_to_piece(-1), Error);
 }
 
+TEST(Decode, TokensBpeCanEmitRenderTheirBytesWhateverTheirType) {
+  // Byte tokens and a merge result marked Control or Unused: encode() still produces them from
+  // plain text, so decoding must give that text back (before, they decoded to nothing).
+  VocabData d = tiny_vocab({{"a", "b"}});
+  d.types['x'] = TokenType::Control;
+  d.types['\n'] = TokenType::Control;
+  d.types['y'] = TokenType::Unused;
+  d.types[256] = TokenType::Unused;  // "ab"
+  d.types[' '] = TokenType::Undefined;
+  Tokenizer tok(std::move(d));
+  const std::string text = "xy ab\nyx";
+  const Ids ids = tok.encode(text, false, false);
+  ASSERT_EQ(ids, (Ids{'x', 'y', ' ', 256, '\n', 'y', 'x'}));
+  EXPECT_EQ(tok.decode(ids, false), text);
+  EXPECT_EQ(tok.decode(ids, true), text);
+  Detokenizer detok(tok);  // what generation prints
+  std::string streamed;
+  for (int32_t id : ids) streamed += detok.push(id);
+  EXPECT_EQ(streamed + detok.flush(), text);
+}
+
+TEST(Decode, OnlyControlTokensAreHiddenAndByteFallbackTextsAreBytes) {
+  VocabData d = tiny_vocab({}, {{"<|im_end|>", true}, {"<tool>", false}});
+  const auto add = [&](std::string text, TokenType t) {
+    d.tokens.push_back(text);
+    d.types.push_back(t);
+    return static_cast<int32_t>(d.tokens.size() - 1);
+  };
+  const int32_t pad = add("[PAD300]", TokenType::Unused);
+  const int32_t undefined = add("<undef>", TokenType::Undefined);
+  const int32_t byte_nl = add("<0x0A>", TokenType::Byte);
+  const int32_t control_a = add("<0x41>", TokenType::Control);
+  const int32_t unused_b = add("<0x42>", TokenType::Unused);
+  const int32_t user_c = add("<0x43>", TokenType::UserDefined);  // added text, not a byte
+  const int32_t byte_level = add(tok::bytes_to_token_text("\xC3\xA9"), TokenType::Byte);  // "é"
+  Tokenizer tok(std::move(d));
+  for (bool special : {false, true}) {
+    EXPECT_EQ(tok.token_to_piece(256, special), special ? "<|im_end|>" : "");
+    EXPECT_EQ(tok.token_to_piece(257, special), "<tool>");
+    EXPECT_EQ(tok.token_to_piece(pad, special), "[PAD300]");
+    EXPECT_EQ(tok.token_to_piece(undefined, special), "<undef>");
+    EXPECT_EQ(tok.token_to_piece(byte_nl, special), "\n");
+    EXPECT_EQ(tok.token_to_piece(control_a, special), "A");
+    EXPECT_EQ(tok.token_to_piece(unused_b, special), "B");
+    EXPECT_EQ(tok.token_to_piece(user_c, special), "<0x43>");
+    EXPECT_EQ(tok.token_to_piece(byte_level, special), "\xC3\xA9");
+  }
+}
+
 TEST(Detokenizer, HoldsASplitCharacterUntilItIsComplete) {
   Tokenizer tok(tiny_vocab({}));
   Detokenizer d(tok);
