@@ -78,6 +78,39 @@ TEST(PreTokenizer, LongRunsOfOneClassDoNotHitTheJitStackLimit) {
   EXPECT_EQ(split(letters), (Words{letters}));
 }
 
+TEST(PreTokenizer, TenMillionCharacterWhitespaceRunsSplitAsShortRunsDo) {
+  // PCRE2's default match limit (10M steps, about one per character of a whitespace run)
+  // refused these; the words are those of the same structure at any length.
+  constexpr size_t n = 10'000'000;
+  const std::string spaces(n, ' ');
+  EXPECT_EQ(split(" x"), (Words{" x"}));
+  EXPECT_EQ(split("   x"), (Words{"  ", " x"}));
+  std::vector<std::string> words = split(spaces + "x");
+  ASSERT_EQ(words.size(), 2u);
+  EXPECT_EQ(words[0].size(), n - 1);
+  EXPECT_EQ(words[0].find_first_not_of(' '), std::string::npos);
+  EXPECT_EQ(words[1], " x");
+  words = split(spaces);  // at the end the run stays whole
+  ASSERT_EQ(words.size(), 1u);
+  EXPECT_EQ(words[0].size(), n);
+  // Spaces and tabs up to a newline are one word with it (short: "\t \n" then " y").
+  EXPECT_EQ(split("\t \n y"), (Words{"\t \n", " y"}));
+  std::string mixed;
+  for (size_t i = 0; i < n / 2; ++i) mixed += i % 3 ? " " : "\t ";
+  words = split("a" + mixed + "\n y");
+  ASSERT_EQ(words.size(), 3u);
+  EXPECT_EQ(words[0], "a");
+  EXPECT_EQ(words[1], mixed + "\n");
+  EXPECT_EQ(words[2], " y");
+  // A run of the ideographic space U+3000 (3 bytes, White_Space).
+  std::string ideo;
+  for (size_t i = 0; i < n / 3; ++i) ideo += "\u3000";
+  words = split(ideo + "z");
+  ASSERT_EQ(words.size(), 2u);
+  EXPECT_EQ(words[0].size(), ideo.size() - 3);
+  EXPECT_EQ(words[1], "\u3000z");
+}
+
 TEST(PreTokenizer, SplittingInBatchesGivesTheSameWords) {
   PreTokenizerRegex re(PreTokenizer::Qwen2);
   const std::string text = "Hello world, it's 2024!\n\n  Tabs\tand \u00A0spaces   end  ";
@@ -133,6 +166,31 @@ TEST(Bpe, CacheDoesNotChangeResults) {
   const Ids first = tok.encode(text, false, false);
   EXPECT_EQ(tok.encode(text, false, false), first);
   EXPECT_EQ(tok.encode_uncached(text, false, false), first);
+}
+
+TEST(Encode, TenMillionSpacesGiveTheIdsOfTheirRunStructure) {
+  // Merges "  " (256) then "    " (257), leftmost first: a run of r spaces is r / 4 tokens 257,
+  // then a 256 when r % 4 >= 2, then a ' ' when r is odd. The run before a word gives its last
+  // space to the word: " a" is ' ', 'a'.
+  Tokenizer tok(tiny_vocab({{" ", " "}, {"  ", "  "}}));
+  const auto expected = [](size_t r) {
+    Ids ids(r / 4, 257);
+    if (r % 4 >= 2) ids.push_back(256);
+    if (r % 2) ids.push_back(' ');
+    return ids;
+  };
+  const auto expected_with_word = [&](size_t r) {
+    Ids ids = expected(r - 1);
+    ids.push_back(' ');
+    ids.push_back('a');
+    return ids;
+  };
+  for (size_t r : {size_t{1}, size_t{2}, size_t{3}, size_t{4}, size_t{7}, size_t{50}, size_t{51}}) {
+    EXPECT_EQ(tok.encode(std::string(r, ' '), false, false), expected(r)) << r;
+    EXPECT_EQ(tok.encode(std::string(r, ' ') + "a", false, false), expected_with_word(r)) << r;
+  }
+  constexpr size_t n = 10'000'000;  // one BPE word of 10M symbols (a few seconds)
+  EXPECT_EQ(tok.encode(std::string(n, ' ') + "a", false, false), expected_with_word(n));
 }
 
 TEST(SpecialTokens, ControlTokensAreParsedOnlyWhenAsked) {
