@@ -36,6 +36,11 @@ struct SynthSpec {
   uint32_t seed = 1;
   std::string omit_tensor;         ///< leave this tensor out (error tests)
   std::string wrong_shape_tensor;  ///< give this tensor one extra row (error tests)
+  int64_t block_count = -1;        ///< written as <arch>.block_count (-1: n_layer; error tests)
+  std::vector<std::string> extra_tensors;  ///< 1-D f32 tensors of n_embd values added (error tests)
+  /// Changes a tensor's f32 values (k x m, row-major: row r at r * k) before they are quantized
+  /// and written, e.g. to plant a NaN (error tests).
+  std::function<void(const std::string& name, std::vector<float>& values)> edit_values;
   std::function<void(gguf::GgufWriter&)> extra_metadata;  ///< adds keys after the hyper-parameters
 };
 
@@ -46,7 +51,7 @@ inline std::filesystem::path write_synth_model(const SynthSpec& s, const std::fi
   w.set_string("general.architecture", a);
   w.set_string("general.name", "synth-" + a + "-" + std::string(type_name(s.type)));
   w.set_u32(a + ".embedding_length", static_cast<uint32_t>(s.n_embd));
-  w.set_u32(a + ".block_count", static_cast<uint32_t>(s.n_layer));
+  w.set_u32(a + ".block_count", static_cast<uint32_t>(s.block_count >= 0 ? s.block_count : s.n_layer));
   w.set_u32(a + ".feed_forward_length", static_cast<uint32_t>(s.n_ff));
   w.set_u32(a + ".attention.head_count", static_cast<uint32_t>(s.n_head));
   w.set_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv));
@@ -68,7 +73,8 @@ inline std::filesystem::path write_synth_model(const SynthSpec& s, const std::fi
     return v;
   };
   const auto vec = [&](const std::string& name, int64_t n, float sigma, float mean) {
-    const std::vector<float> v = values(n, sigma, mean);
+    std::vector<float> v = values(n, sigma, mean);
+    if (s.edit_values) s.edit_values(name, v);
     std::vector<uint8_t> bytes(v.size() * sizeof(float));
     std::memcpy(bytes.data(), v.data(), bytes.size());
     if (name == s.omit_tensor) return;
@@ -78,7 +84,8 @@ inline std::filesystem::path write_synth_model(const SynthSpec& s, const std::fi
   const auto mat = [&](const std::string& name, int64_t k, int64_t m, float sigma) {
     if (name == s.omit_tensor) return;
     if (name == s.wrong_shape_tensor) ++m;
-    const std::vector<float> v = values(k * m, sigma, 0.0f);
+    std::vector<float> v = values(k * m, sigma, 0.0f);
+    if (s.edit_values) s.edit_values(name, v);
     const size_t rb = row_bytes(s.type, k);
     std::vector<uint8_t> bytes(rb * static_cast<size_t>(m));
     const TypeTraits& t = type_traits(s.type);
@@ -112,6 +119,7 @@ inline std::filesystem::path write_synth_model(const SynthSpec& s, const std::fi
     mat(p + "ffn_up.weight", s.n_embd, s.n_ff, in_sigma);
     mat(p + "ffn_down.weight", s.n_ff, s.n_embd, 1.0f / std::sqrt(static_cast<float>(s.n_ff)));
   }
+  for (const std::string& name : s.extra_tensors) vec(name, s.n_embd, 0.05f, 1.0f);
   const auto path = dir / ("synth-" + a + "-" + std::string(type_name(s.type)) + ".gguf");
   w.write(path.string());
   return path;

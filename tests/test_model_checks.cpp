@@ -93,5 +93,41 @@ TEST(ModelChecks, neutral_values_of_those_keys_still_load) {
   EXPECT_NO_THROW((void)Model::load(path.string()));
 }
 
+TEST(ModelChecks, block_count_below_the_layers_present_is_refused_naming_the_unused_layer) {
+  // Three layers written, block_count 2: before, the loader ran two layers and ignored the third.
+  test::SynthSpec spec;
+  spec.n_layer = 3;
+  spec.block_count = 2;
+  const auto path = test::write_synth_model(spec, test::temp_dir());
+  const std::string err = test::error_of([&] { (void)Model::load(path.string()); });
+  // qwen2 layers have 12 tensors (norms, q/k/v with biases, output, ffn gate/up/down).
+  EXPECT_CONTAINS(err, path.string() + ": 12 tensors are not used: blk.2.");
+  EXPECT_CONTAINS(err, "(8 more); the file has tensors of layer 2 but qwen2.block_count = 2");
+  EXPECT_EQ(err.find('\n'), std::string::npos) << err;
+}
+
+TEST(ModelChecks, an_unknown_extra_tensor_is_refused_naming_it) {
+  for (const char* arch : {"qwen2", "qwen3"}) {
+    test::SynthSpec spec;
+    spec.arch = arch;
+    spec.extra_tensors = {"blk.0.attn_sinks.weight"};
+    const auto path = test::write_synth_model(spec, test::temp_dir());
+    EXPECT_CONTAINS(test::error_of([&] { (void)Model::load(path.string()); }),
+                    path.string() + ": 1 tensor is not used: blk.0.attn_sinks.weight; minfer's " + arch +
+                        " model does not use them")
+        << arch;
+  }
+}
+
+TEST(ModelChecks, every_tensor_of_the_written_models_is_used) {
+  // Both architectures, the tied (qwen2) and untied (qwen3) output: nothing is left over.
+  for (const char* arch : {"qwen2", "qwen3"}) {
+    test::SynthSpec spec;
+    spec.arch = arch;
+    const auto path = test::write_synth_model(spec, test::temp_dir());
+    EXPECT_NO_THROW((void)Model::load(path.string())) << arch;
+  }
+}
+
 }  // namespace
 }  // namespace minfer

@@ -78,6 +78,39 @@ TEST(PreTokenizer, LongRunsOfOneClassDoNotHitTheJitStackLimit) {
   EXPECT_EQ(split(letters), (Words{letters}));
 }
 
+TEST(PreTokenizer, TenMillionCharacterWhitespaceRunsSplitAsShortRunsDo) {
+  // PCRE2's default match limit (10M steps, about one per character of a whitespace run)
+  // refused these; the words are those of the same structure at any length.
+  constexpr size_t n = 10'000'000;
+  const std::string spaces(n, ' ');
+  EXPECT_EQ(split(" x"), (Words{" x"}));
+  EXPECT_EQ(split("   x"), (Words{"  ", " x"}));
+  std::vector<std::string> words = split(spaces + "x");
+  ASSERT_EQ(words.size(), 2u);
+  EXPECT_EQ(words[0].size(), n - 1);
+  EXPECT_EQ(words[0].find_first_not_of(' '), std::string::npos);
+  EXPECT_EQ(words[1], " x");
+  words = split(spaces);  // at the end the run stays whole
+  ASSERT_EQ(words.size(), 1u);
+  EXPECT_EQ(words[0].size(), n);
+  // Spaces and tabs up to a newline are one word with it (short: "\t \n" then " y").
+  EXPECT_EQ(split("\t \n y"), (Words{"\t \n", " y"}));
+  std::string mixed;
+  for (size_t i = 0; i < n / 2; ++i) mixed += i % 3 ? " " : "\t ";
+  words = split("a" + mixed + "\n y");
+  ASSERT_EQ(words.size(), 3u);
+  EXPECT_EQ(words[0], "a");
+  EXPECT_EQ(words[1], mixed + "\n");
+  EXPECT_EQ(words[2], " y");
+  // A run of the ideographic space U+3000 (3 bytes, White_Space).
+  std::string ideo;
+  for (size_t i = 0; i < n / 3; ++i) ideo += "\u3000";
+  words = split(ideo + "z");
+  ASSERT_EQ(words.size(), 2u);
+  EXPECT_EQ(words[0].size(), ideo.size() - 3);
+  EXPECT_EQ(words[1], "\u3000z");
+}
+
 TEST(PreTokenizer, SplittingInBatchesGivesTheSameWords) {
   PreTokenizerRegex re(PreTokenizer::Qwen2);
   const std::string text = "Hello world, it's 2024!\n\n  Tabs\tand \u00A0spaces   end  ";
@@ -133,6 +166,31 @@ TEST(Bpe, CacheDoesNotChangeResults) {
   const Ids first = tok.encode(text, false, false);
   EXPECT_EQ(tok.encode(text, false, false), first);
   EXPECT_EQ(tok.encode_uncached(text, false, false), first);
+}
+
+TEST(Encode, TenMillionSpacesGiveTheIdsOfTheirRunStructure) {
+  // Merges "  " (256) then "    " (257), leftmost first: a run of r spaces is r / 4 tokens 257,
+  // then a 256 when r % 4 >= 2, then a ' ' when r is odd. The run before a word gives its last
+  // space to the word: " a" is ' ', 'a'.
+  Tokenizer tok(tiny_vocab({{" ", " "}, {"  ", "  "}}));
+  const auto expected = [](size_t r) {
+    Ids ids(r / 4, 257);
+    if (r % 4 >= 2) ids.push_back(256);
+    if (r % 2) ids.push_back(' ');
+    return ids;
+  };
+  const auto expected_with_word = [&](size_t r) {
+    Ids ids = expected(r - 1);
+    ids.push_back(' ');
+    ids.push_back('a');
+    return ids;
+  };
+  for (size_t r : {size_t{1}, size_t{2}, size_t{3}, size_t{4}, size_t{7}, size_t{50}, size_t{51}}) {
+    EXPECT_EQ(tok.encode(std::string(r, ' '), false, false), expected(r)) << r;
+    EXPECT_EQ(tok.encode(std::string(r, ' ') + "a", false, false), expected_with_word(r)) << r;
+  }
+  constexpr size_t n = 10'000'000;  // one BPE word of 10M symbols (a few seconds)
+  EXPECT_EQ(tok.encode(std::string(n, ' ') + "a", false, false), expected_with_word(n));
 }
 
 TEST(SpecialTokens, ControlTokensAreParsedOnlyWhenAsked) {
@@ -214,6 +272,55 @@ TEST(Decode, ControlTokensRenderOnlyWhenAsked) {
   EXPECT_EQ(tok.token_to_piece(' '), " ");
   EXPECT_THROW(tok.token_to_piece(258), Error);
   EXPECT_THROW(tok.token_to_piece(-1), Error);
+}
+
+TEST(Decode, TokensBpeCanEmitRenderTheirBytesWhateverTheirType) {
+  // Byte tokens and a merge result marked Control or Unused: encode() still produces them from
+  // plain text, so decoding must give that text back (before, they decoded to nothing).
+  VocabData d = tiny_vocab({{"a", "b"}});
+  d.types['x'] = TokenType::Control;
+  d.types['\n'] = TokenType::Control;
+  d.types['y'] = TokenType::Unused;
+  d.types[256] = TokenType::Unused;  // "ab"
+  d.types[' '] = TokenType::Undefined;
+  Tokenizer tok(std::move(d));
+  const std::string text = "xy ab\nyx";
+  const Ids ids = tok.encode(text, false, false);
+  ASSERT_EQ(ids, (Ids{'x', 'y', ' ', 256, '\n', 'y', 'x'}));
+  EXPECT_EQ(tok.decode(ids, false), text);
+  EXPECT_EQ(tok.decode(ids, true), text);
+  Detokenizer detok(tok);  // what generation prints
+  std::string streamed;
+  for (int32_t id : ids) streamed += detok.push(id);
+  EXPECT_EQ(streamed + detok.flush(), text);
+}
+
+TEST(Decode, OnlyControlTokensAreHiddenAndByteFallbackTextsAreBytes) {
+  VocabData d = tiny_vocab({}, {{"<|im_end|>", true}, {"<tool>", false}});
+  const auto add = [&](std::string text, TokenType t) {
+    d.tokens.push_back(text);
+    d.types.push_back(t);
+    return static_cast<int32_t>(d.tokens.size() - 1);
+  };
+  const int32_t pad = add("[PAD300]", TokenType::Unused);
+  const int32_t undefined = add("<undef>", TokenType::Undefined);
+  const int32_t byte_nl = add("<0x0A>", TokenType::Byte);
+  const int32_t control_a = add("<0x41>", TokenType::Control);
+  const int32_t unused_b = add("<0x42>", TokenType::Unused);
+  const int32_t user_c = add("<0x43>", TokenType::UserDefined);  // added text, not a byte
+  const int32_t byte_level = add(tok::bytes_to_token_text("\xC3\xA9"), TokenType::Byte);  // "é"
+  Tokenizer tok(std::move(d));
+  for (bool special : {false, true}) {
+    EXPECT_EQ(tok.token_to_piece(256, special), special ? "<|im_end|>" : "");
+    EXPECT_EQ(tok.token_to_piece(257, special), "<tool>");
+    EXPECT_EQ(tok.token_to_piece(pad, special), "[PAD300]");
+    EXPECT_EQ(tok.token_to_piece(undefined, special), "<undef>");
+    EXPECT_EQ(tok.token_to_piece(byte_nl, special), "\n");
+    EXPECT_EQ(tok.token_to_piece(control_a, special), "A");
+    EXPECT_EQ(tok.token_to_piece(unused_b, special), "B");
+    EXPECT_EQ(tok.token_to_piece(user_c, special), "<0x43>");
+    EXPECT_EQ(tok.token_to_piece(byte_level, special), "\xC3\xA9");
+  }
 }
 
 TEST(Detokenizer, HoldsASplitCharacterUntilItIsComplete) {

@@ -1,6 +1,8 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <bit>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <unistd.h>
@@ -63,6 +65,29 @@ void check_context_fits(const HParams& h, int64_t n_ctx, TensorType type, graph:
 }
 
 }  // namespace
+
+int64_t first_non_finite(std::span<const float> values) {
+  // The first loop has no early exit, so it vectorizes (an AND, a compare and an OR per vector);
+  // only a row that holds a non-finite value is read again for its index.
+  constexpr uint32_t kExp = 0x7F800000u;  // binary32 exponent field; all ones = Inf or NaN
+  uint32_t bad = 0;
+  for (const float v : values) bad |= (std::bit_cast<uint32_t>(v) & kExp) == kExp;
+  if (bad == 0) return -1;
+  for (size_t i = 0; i < values.size(); ++i)
+    if ((std::bit_cast<uint32_t>(values[i]) & kExp) == kExp) return static_cast<int64_t>(i);
+  return -1;
+}
+
+NonFiniteLogitsError::NonFiniteLogitsError(std::string step, int32_t position_, int32_t seq_, int64_t vocab_id_,
+                                           float value_)
+    : Error(fmt::format("{} (position {}{}): logits contain {} (first at vocab id {}); the model's weights or "
+                        "activations are not finite",
+                        step, position_, seq_ != 0 ? fmt::format(", sequence {}", seq_) : std::string(),
+                        std::isnan(value_) ? "NaN" : value_ > 0 ? "+Inf" : "-Inf", vocab_id_)),
+      position(position_),
+      seq(seq_),
+      vocab_id(vocab_id_),
+      value(value_) {}
 
 graph::BackendKind parse_device(std::string_view name) {
   if (name == "cpu") return BackendKind::Cpu;
@@ -208,6 +233,16 @@ std::span<const float> Engine::forward_view(const Batch& b) {
     const size_t end = std::min(n, begin + static_cast<size_t>(cfg_.n_ubatch));
     run_ubatch(b, begin, end, at);
     for (size_t i = begin; i < end; ++i) at += b.logits[i] != 0 ? row : 0;
+  }
+  // Every returned row is finite, or the caller learns which is not (one read of each row; the
+  // sampler or the scorer reads it next, from the cache).
+  at = logits;
+  for (size_t i = 0; i < n; ++i) {
+    if (b.logits[i] == 0) continue;
+    if (const int64_t v = first_non_finite({at, row}); v >= 0)
+      throw NonFiniteLogitsError(n == 1 ? std::string("decode") : fmt::format("batch of {} tokens", n),
+                                 b.positions[i], b.seq_ids[i], v, at[v]);
+    at += row;
   }
   return {logits, n_out * row};
 }

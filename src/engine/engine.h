@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "graph/backend.h"
 #include "graph/scheduler.h"
 #include "kv/kv_cache.h"
@@ -51,6 +52,29 @@ struct Batch {
   static Batch sequence(std::span<const int32_t> tokens, int32_t start, int32_t seq, bool all_logits);
 };
 
+/// Index of the first NaN or infinity in `values`, or -1 when all are finite. One vectorized
+/// pass that tests the IEEE 754 binary32 exponent bits (all ones: Inf or NaN), so it costs
+/// about a read of the row; a second pass finds the index only when there is one.
+int64_t first_non_finite(std::span<const float> values);
+
+/// Thrown by Engine::forward / forward_view when a returned logits row holds a NaN or an
+/// infinity (broken weights, or activations that overflowed): sampling or scoring such a row
+/// would give garbage. The message is one line: "<step> (position P): logits contain NaN
+/// (first at vocab id V); the model's weights or activations are not finite". The tokens of
+/// the batch stay in the KV cache.
+class NonFiniteLogitsError : public Error {
+ public:
+  NonFiniteLogitsError(std::string step, int32_t position, int32_t seq, int64_t vocab_id, float value);
+  /// The same error with `step` naming the caller's step (e.g. "decode step 3").
+  NonFiniteLogitsError with_step(std::string step) const {
+    return NonFiniteLogitsError(std::move(step), position, seq, vocab_id, value);
+  }
+  int32_t position;  ///< position of the token whose logits these are
+  int32_t seq;       ///< its sequence
+  int64_t vocab_id;  ///< first non-finite entry of the row
+  float value;       ///< its value (NaN, +Inf or -Inf)
+};
+
 /// Parses "cpu" / "cuda". Throws minfer::Error naming the value.
 graph::BackendKind parse_device(std::string_view name);
 
@@ -66,7 +90,8 @@ class Engine {
   /// Runs the batch. Returns the logits of the flagged tokens, n_vocab floats each, in batch
   /// order (a copy of forward_view's, which it invalidates). Throws minfer::Error for an
   /// out-of-vocabulary token, a full context, ...; OutOfMemoryError when memory for the logits
-  /// cannot be had.
+  /// cannot be had; NonFiniteLogitsError when a returned row holds a NaN or an infinity (every
+  /// returned row is checked: one pass over it).
   std::vector<float> forward(const Batch& batch);
   /// forward() without the copy: the logits (same layout) in engine-owned host memory that the
   /// device reads back into directly: page-locked on CUDA up to kMaxPinnedLogitsBytes (and while

@@ -46,7 +46,12 @@ std::vector<float> Session::prefill(std::span<const int32_t> prompt, GenerateSta
   engine_.truncate(static_cast<int32_t>(common));
   tokens_.resize(common);
   const auto t0 = std::chrono::steady_clock::now();
-  std::vector<float> logits = engine_.decode(prompt.subspan(common));
+  std::vector<float> logits;
+  try {
+    logits = engine_.decode(prompt.subspan(common));
+  } catch (const NonFiniteLogitsError& e) {
+    throw e.with_step(fmt::format("prompt prefill of {} tokens", prompt.size() - common));
+  }
   tokens_.assign(prompt.begin(), prompt.end());
   if (stats) {
     stats->reused_tokens = static_cast<int32_t>(common);
@@ -115,7 +120,11 @@ std::string Session::generate(std::span<const int32_t> prompt, Sampler& sampler,
     }
     const int32_t one[1] = {id};
     const auto t0 = std::chrono::steady_clock::now();
-    logits = engine_.decode_view(one);
+    try {
+      logits = engine_.decode_view(one);
+    } catch (const NonFiniteLogitsError& e) {
+      throw e.with_step(fmt::format("decode step {}", st.decoded_tokens + 1));
+    }
     st.decode_ms += ms_since(t0);
     ++st.decoded_tokens;
     tokens_.push_back(id);

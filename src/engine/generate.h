@@ -42,12 +42,15 @@ class Session {
 
   /// Makes the cache hold exactly `prompt` and returns the logits of its last token. Tokens
   /// already in the cache (the common prefix) are kept; the rest are truncated and prefilled.
-  /// At least the last prompt token is always recomputed (its logits are needed).
+  /// At least the last prompt token is always recomputed (its logits are needed). Throws
+  /// NonFiniteLogitsError naming "prompt prefill" when the logits are not finite.
   std::vector<float> prefill(std::span<const int32_t> prompt, GenerateStats* stats);
 
   /// Prefill `prompt`, then sample until a stop condition. `on_text` receives each complete
   /// UTF-8 piece as it is produced (stop strings held back until resolved) and may return
-  /// false to stop early. Returns the generated text.
+  /// false to stop early. Returns the generated text. Throws NonFiniteLogitsError naming the
+  /// step ("decode step 3 (position 17): logits contain NaN ...") when a sampled row holds a NaN
+  /// or an infinity: nothing is sampled from it.
   std::string generate(std::span<const int32_t> prompt, Sampler& sampler, const GenerateOptions& opt,
                        const std::function<bool(const std::string&)>& on_text, GenerateStats* stats);
 

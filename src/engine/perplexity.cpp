@@ -23,7 +23,12 @@ PerplexityResult perplexity(Engine& engine, std::span<const int32_t> tokens, int
     Batch b = Batch::sequence(chunk, 0, 0, false);
     for (int64_t i = first; i < n_ctx - 1; ++i) b.logits[static_cast<size_t>(i)] = 1;
     b.logits.back() = 0;
-    const std::span<const float> logits = engine.forward_view(b);
+    std::span<const float> logits;
+    try {
+      logits = engine.forward_view(b);
+    } catch (const NonFiniteLogitsError& e) {
+      throw e.with_step(fmt::format("perplexity chunk {} of {}", c + 1, n_chunks));
+    }
     for (int64_t i = first; i < n_ctx - 1; ++i) {
       const float* l = logits.data() + static_cast<size_t>(i - first) * nv;
       float mx = l[0];

@@ -23,7 +23,8 @@ struct PerplexityResult {
 
 /// Scores `tokens` with `engine` (its cache is cleared per chunk). `max_chunks` < 0: all.
 /// `on_chunk(i, running_ppl)` is called after each chunk. Throws minfer::Error when the text
-/// holds less than one whole chunk or n_ctx exceeds the engine's context.
+/// holds less than one whole chunk or n_ctx exceeds the engine's context; NonFiniteLogitsError
+/// naming the chunk and position when a scored row holds a NaN or an infinity (never a `nan` PPL).
 PerplexityResult perplexity(Engine& engine, std::span<const int32_t> tokens, int64_t n_ctx, int64_t max_chunks,
                             const std::function<void(int64_t, double)>& on_chunk = {});
 

@@ -1,5 +1,7 @@
 #include "models/model.h"
 
+#include <algorithm>
+#include <charconv>
 #include <cmath>
 
 #include "core/error.h"
@@ -138,8 +140,10 @@ const graph::WeightTensor& Model::output_weight() const {
 
 void Model::check_tensors() const {
   const HParams& h = hp_;
+  std::vector<bool> used(weights_.size(), false);
   const auto expect = [&](const std::string& name, std::initializer_list<int64_t> shape, bool matrix) {
     const graph::WeightTensor& w = weight(name);
+    used[static_cast<size_t>(&w - weights_.data())] = true;
     graph::Shape want{1, 1, 1, 1};
     size_t i = 0;
     for (int64_t v : shape) want[i++] = v;
@@ -176,6 +180,36 @@ void Model::check_tensors() const {
     expect(p + "ffn_up.weight", {h.n_embd, h.n_ff}, true);
     expect(p + "ffn_down.weight", {h.n_ff, h.n_embd}, true);
   }
+  check_all_used(used);
+}
+
+void Model::check_all_used(const std::vector<bool>& used) const {
+  // Every tensor of the file is one the graph reads. A tensor left over is a file that does not
+  // say what it holds (llama.cpp refuses it too: "wrong number of tensors"): most often a
+  // block_count smaller than the blk.N layers present, which would otherwise run fewer layers.
+  std::vector<std::string_view> unused;
+  int64_t max_layer = -1;
+  for (size_t i = 0; i < weights_.size(); ++i) {
+    if (used[i]) continue;
+    const std::string& name = weights_[i].name;
+    unused.push_back(name);
+    int64_t layer = -1;
+    if (name.starts_with("blk.") &&
+        std::from_chars(name.data() + 4, name.data() + name.size(), layer).ec == std::errc())
+      max_layer = std::max(max_layer, layer);
+  }
+  if (unused.empty()) return;
+  constexpr size_t kNamed = 4;
+  std::string names;
+  for (size_t i = 0; i < unused.size() && i < kNamed; ++i) names += fmt::format("{}{}", i ? ", " : "", unused[i]);
+  if (unused.size() > kNamed) names += fmt::format(", ... ({} more)", unused.size() - kNamed);
+  const std::string why =
+      max_layer >= hp_.n_layer
+          ? fmt::format("; the file has tensors of layer {} but {}.block_count = {}", max_layer, hp_.arch_name,
+                        hp_.n_layer)
+          : fmt::format("; minfer's {} model does not use them", hp_.arch_name);
+  fail("{}: {} tensor{} not used: {}{}", file_->path(), unused.size(), unused.size() == 1 ? " is" : "s are",
+       names, why);
 }
 
 uint64_t Model::weight_bytes() const {

@@ -48,9 +48,10 @@ class Tokenizer;
 class Model {
  public:
   /// Loads `path`: parses the GGUF, reads the hyper-parameters, checks every tensor the
-  /// architecture needs exists with the expected shape and a supported type, and builds the
-  /// tokenizer when the file has one. Throws minfer::Error naming the file and the tensor / key
-  /// (unsupported architecture, missing tensor, wrong shape, unsupported type).
+  /// architecture needs exists with the expected shape and a supported type and that the file
+  /// holds no other tensor, and builds the tokenizer when the file has one. Throws minfer::Error
+  /// naming the file and the tensor / key (unsupported architecture, missing tensor, wrong
+  /// shape, unsupported type, tensors not used: e.g. blk.N beyond block_count).
   static std::shared_ptr<Model> load(const std::string& path);
 
   /// Builds a model over an already-opened file (tests).
@@ -86,6 +87,10 @@ class Model {
   void check_unsupported_hparams() const;
   void index_weights();
   void check_tensors() const;
+  /// Throws minfer::Error naming the first tensors (and their count) that check_tensors did not
+  /// claim (`used`, by index of weights_): a block_count below the layers present, or tensors of
+  /// an unknown kind. Such a file would otherwise run with some of its weights ignored.
+  void check_all_used(const std::vector<bool>& used) const;
 
   std::unique_ptr<gguf::GgufFile> file_;
   HParams hp_;

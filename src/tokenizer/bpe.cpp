@@ -37,6 +37,13 @@ BpeModel::BpeModel(const VocabData& data, const TokenIndex& index) {
   }
 }
 
+std::vector<bool> BpeModel::emittable(size_t n_tokens) const {
+  std::vector<bool> out(n_tokens, false);
+  for (int32_t id : byte_token_) out[static_cast<size_t>(id)] = true;
+  merges_.for_each([&](const Merge& m) { out[static_cast<size_t>(m.result)] = true; });
+  return out;
+}
+
 // Short words: keep the rank of every adjacent pair in an array; each step merges the
 // lowest-rank, leftmost pair and recomputes only the two pairs that changed.
 void BpeModel::merge_short(std::vector<int32_t>& ids) const {

@@ -32,6 +32,11 @@ class BpeModel {
   /// Same, without the cache (used by tests to check the cache changes nothing).
   void encode_word_uncached(std::string_view word, std::vector<int32_t>& out) const;
 
+  /// By id (n_tokens entries): whether encode_word can emit the token, i.e. it is one of the 256
+  /// byte tokens or the result of a merge. Such a token stands for bytes of the text, whatever
+  /// type the vocabulary gives it.
+  std::vector<bool> emittable(size_t n_tokens) const;
+
   /// Number of distinct merge pairs.
   size_t n_merges() const { return merges_.size(); }
 

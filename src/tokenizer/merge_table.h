@@ -35,6 +35,13 @@ class MergeTable {
     }
   }
 
+  /// Calls f(entry) for every entry, in no particular order.
+  template <typename F>
+  void for_each(F&& f) const {
+    for (const Entry& e : slots_)
+      if (e.key != kEmpty) f(e);
+  }
+
   size_t size() const { return count_; }
   /// Heap bytes held (the slot array), for memory accounting.
   size_t memory_bytes() const { return slots_.capacity() * sizeof(Entry); }

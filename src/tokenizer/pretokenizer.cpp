@@ -3,6 +3,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 
@@ -56,6 +57,18 @@ struct JitStack {
   }
 };
 
+// PCRE2's match limit for one match attempt that starts `remaining` bytes before the end.
+// The default (10,000,000) counts about one step per character of a whitespace run, which the
+// run alternatives scan to its end and back (measured: a run of n spaces needs n + 6), so a run
+// of 10M spaces was refused. Every alternative of these patterns is linear in what it scans
+// and a failing scan is followed by a match that consumes the run, so two steps per remaining
+// byte (plus the default) lets any text through while still bounding one call.
+uint32_t match_limit(size_t remaining) {
+  constexpr uint64_t kDefault = 10'000'000;  // PCRE2's MATCH_LIMIT default (pcre2api(3))
+  const uint64_t want = kDefault + 2 * static_cast<uint64_t>(remaining);
+  return static_cast<uint32_t>(std::min<uint64_t>(want, UINT32_MAX));
+}
+
 }  // namespace
 
 const char* pre_tokenizer_pattern(PreTokenizer kind) {
@@ -99,6 +112,7 @@ size_t PreTokenizerRegex::split_some(std::string_view text, size_t pos,
   auto* code = static_cast<const pcre2_code*>(code_);
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   size_t n = 0;
+  pcre2_set_match_limit(jit.mctx, match_limit(text.size() - pos));
   while (pos < text.size() && n < max_words) {
     const int rc = pcre2_jit_match(code, subject, text.size(), pos, 0, md.get(), jit.mctx);
     if (rc == PCRE2_ERROR_NOMATCH) {

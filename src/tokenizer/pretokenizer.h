@@ -28,8 +28,9 @@ class PreTokenizerRegex {
 
   /// Appends the words of `text` to `words` (views into `text`, in order, covering it exactly:
   /// matches and any text between matches). `text` must be valid UTF-8 (the caller sanitizes
-  /// it; the UTF check is skipped for speed). Throws minfer::Error if PCRE2 reports a match
-  /// error (e.g. its JIT stack limit).
+  /// it; the UTF check is skipped for speed). Any length: PCRE2's match limit grows with the
+  /// text (a 10M-character whitespace run splits as a short one does). Throws minfer::Error if
+  /// PCRE2 reports a match error (e.g. its JIT stack limit).
   void split(std::string_view text, std::vector<std::string_view>& words) const;
 
   /// Incremental form of split(): appends the words that start at byte `pos` of `text`, at most

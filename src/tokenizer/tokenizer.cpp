@@ -27,6 +27,18 @@ constexpr std::string_view kFimTexts[] = {"<|fim_prefix|>", "<|fim_suffix|>", "<
                                           "<|fim_pad|>", "<|fim_repo|>", "<|repo_name|>",
                                           "<|file_sep|>"};
 
+// The byte of a byte-fallback token text "<0xNN>" (two hex digits, either case), or -1.
+int hex_byte_token(std::string_view text) {
+  if (text.size() != 6 || !text.starts_with("<0x") || text[5] != '>') return -1;
+  int v = 0;
+  for (char c : text.substr(3, 2)) {
+    const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    if (d < 0) return -1;
+    v = v * 16 + d;
+  }
+  return v;
+}
+
 }  // namespace
 
 struct Tokenizer::Impl {
@@ -37,6 +49,7 @@ struct Tokenizer::Impl {
   std::vector<uint8_t> types;  // TokenType by id, one byte each (data.types has 4)
   std::vector<bool> eog;
   std::vector<int32_t> eog_list;
+  std::vector<bool> special_only;  // pieces rendered only when render_special (Control, Unknown)
   std::unique_ptr<BpeModel> bpe;
   std::unique_ptr<PreTokenizerRegex> regex;
   std::unique_ptr<SpecialTokenMatcher> specials;
@@ -78,20 +91,28 @@ struct Tokenizer::Impl {
           make_control(static_cast<int32_t>(i));
       }
 
-    // A piece is never longer than its text (a byte-level character is 1 or 2 bytes of UTF-8
-    // for 1 byte), so the text arena's size is enough.
+    // Pieces: no token the model can generate decodes to nothing by accident (see
+    // token_to_piece). A piece is never longer than its text (a byte-level character is 1 or 2
+    // bytes of UTF-8 for 1 byte; "<0xNN>" is 6 for 1), so the text arena's size is enough.
+    const std::vector<bool> emittable = bpe->emittable(n);
     size_t text_bytes = 0;
     for (std::string_view t : data.tokens) text_bytes += t.size();
     pieces.reserve(n, text_bytes);
+    special_only.assign(n, false);
     for (size_t i = 0; i < n; ++i) {
-      switch (data.types[i]) {
-        case TokenType::Normal:
-        case TokenType::Byte: pieces.push_back(token_text_to_bytes(data.tokens[i])); break;
-        case TokenType::Control:
-        case TokenType::Unknown:
-        case TokenType::UserDefined: pieces.push_back(data.tokens[i]); break;
-        case TokenType::Unused:
-        case TokenType::Undefined: pieces.push_back({}); break;  // decodes to nothing, as in llama.cpp
+      const std::string_view text = data.tokens[i];
+      const TokenType t = data.types[i];
+      if (emittable[i] || t == TokenType::Normal) {
+        pieces.push_back(token_text_to_bytes(text));  // text of the byte-level alphabet
+      } else if (const int byte = hex_byte_token(text);
+                 byte >= 0 && t != TokenType::UserDefined) {
+        pieces.push_back(std::string(1, static_cast<char>(byte)));  // "<0x0A>": that byte
+      } else if (t == TokenType::Byte) {
+        pieces.push_back(token_text_to_bytes(text));
+      } else {
+        // Control, Unknown, UserDefined, Unused, Undefined: their literal text.
+        pieces.push_back(text);
+        special_only[i] = t == TokenType::Control || t == TokenType::Unknown;
       }
     }
     data.tokens.shrink_to_fit();
@@ -202,8 +223,7 @@ std::vector<int32_t> Tokenizer::encode_uncached(std::string_view text, bool add_
 std::string_view Tokenizer::token_to_piece(int32_t id, bool render_special) const {
   impl_->check_id(id);
   const auto i = static_cast<size_t>(id);
-  const auto t = static_cast<TokenType>(impl_->types[i]);
-  if (!render_special && (t == TokenType::Control || t == TokenType::Unknown)) return {};
+  if (!render_special && impl_->special_only[i]) return {};
   return impl_->pieces[i];
 }
 
@@ -250,7 +270,7 @@ size_t Tokenizer::memory_bytes() const {
          m.data.types.capacity() * sizeof(TokenType) + m.data.strip.capacity() + m.types.capacity() +
          m.pieces.memory_bytes() +
          m.token_to_id.memory_bytes() + m.bpe->memory_bytes() + m.specials->memory_bytes() +
-         m.eog.capacity() / 8 + m.eog_list.capacity() * sizeof(int32_t);
+         m.eog.capacity() / 8 + m.special_only.capacity() / 8 + m.eog_list.capacity() * sizeof(int32_t);
 }
 
 }  // namespace minfer::tok

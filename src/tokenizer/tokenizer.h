@@ -52,10 +52,17 @@ class Tokenizer {
   std::vector<int32_t> encode_with_plain_ranges(std::string_view text, std::span<const Range> plain,
                                                 bool add_special) const;
 
-  /// The bytes token `id` stands for. Control and Unknown tokens give their text when
-  /// render_special, else ""; Unused/Undefined tokens give "". May be a partial UTF-8
-  /// character. The view stays valid while the Tokenizer lives. Throws minfer::Error for an id
-  /// outside [0, n_vocab()).
+  /// The bytes token `id` stands for, so that no generated token vanishes unseen:
+  ///  - a token BPE can emit (the 256 byte tokens and every merge result) and a Normal token:
+  ///    the bytes of its byte-level text, whatever type the vocabulary gives it (a byte token
+  ///    marked Control or Unused is still text: encode() produces it from plain text);
+  ///  - a byte-fallback text "<0xNN>" of any other type but UserDefined: that byte;
+  ///  - Byte: the bytes of its byte-level text;
+  ///  - Control, Unknown: their literal text when render_special, else "" (e.g. <|im_end|>);
+  ///  - UserDefined, Unused, Undefined: their literal text (llama.cpp prints nothing for
+  ///    Unused; minfer shows it, e.g. "[PAD151700]", rather than drop a token silently).
+  /// May be a partial UTF-8 character. The view stays valid while the Tokenizer lives. Throws
+  /// minfer::Error for an id outside [0, n_vocab()).
   std::string_view token_to_piece(int32_t id, bool render_special = true) const;
 
   /// Concatenated pieces of `ids` (raw bytes, not checked for UTF-8).
