@@ -49,7 +49,7 @@ void poke(std::vector<uint8_t>& b, size_t pos, T v) {
 }
 
 /// A complete model that Model::from_file accepts: n_embd 32, 1 layer, 2 heads of 16, 1 KV head,
-/// 16 vocabulary rows; each matrix of its own type (the K-quants need rows of 256: only ffn_down,
+/// 16 vocabulary rows (259 with the vocabulary); each matrix of its own type (the K-quants need rows of 256: only ffn_down,
 /// [n_ff, n_embd], takes one, with n_ff 256). Tensor bytes are a pattern: loading reads no values.
 struct TinyModel {
   std::string arch = "qwen2";
@@ -62,9 +62,36 @@ struct TinyModel {
   uint32_t alignment = 0;  // 0: the default (32)
 };
 
+/// GPT-2's byte-to-text map of byte-level BPE (the printable bytes stand for themselves, the
+/// others for U+0100 + n in byte order), as UTF-8: the text of the token for byte b.
+std::string byte_token(int b) {
+  const auto printable = [](int c) { return (c >= 33 && c <= 126) || (c >= 161 && c <= 172) || (c >= 174 && c <= 255); };
+  int cp = b;
+  if (!printable(b)) {
+    int n = 0;
+    for (int c = 0; c < b; ++c) n += !printable(c);
+    cp = 256 + n;
+  }
+  std::string out;
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  return out;
+}
+
+/// Tokens of add_small_vocab: 256 byte tokens, 2 merges, <|endoftext|>.
+constexpr int64_t kSmallVocabTokens = 259;
+
 void add_small_vocab(GgufWriter& w) {
-  // Byte-level BPE over a few letters, two merges, and the Qwen end-of-text control token.
-  const std::vector<std::string> tokens{"a", "b", "c", "d", "\xc4\xa0", "\xc4\x8a", "ab", "abc", "<|endoftext|>"};
+  // Byte-level BPE: every byte, two merges ("a b", "ab c"), and the Qwen end-of-text control token.
+  std::vector<std::string> tokens;
+  for (int b = 0; b < 256; ++b) tokens.push_back(byte_token(b));
+  tokens.push_back("ab");
+  tokens.push_back("abc");
+  tokens.push_back("<|endoftext|>");
   std::vector<int32_t> types(tokens.size(), 1);
   types.back() = 3;
   w.set_string("tokenizer.ggml.model", "gpt2");
@@ -72,15 +99,16 @@ void add_small_vocab(GgufWriter& w) {
   w.set_string_array("tokenizer.ggml.tokens", tokens);
   w.set_i32_array("tokenizer.ggml.token_type", types);
   w.set_string_array("tokenizer.ggml.merges", std::vector<std::string>{"a b", "ab c"});
-  w.set_u32("tokenizer.ggml.eos_token_id", 8);
-  w.set_u32("tokenizer.ggml.bos_token_id", 8);
+  w.set_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(kSmallVocabTokens - 1));
+  w.set_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(kSmallVocabTokens - 1));
   w.set_bool("tokenizer.ggml.add_bos_token", false);
   w.set_string("tokenizer.chat_template",
                "{% for m in messages %}<|im_start|>{{ m.role }}\\n{{ m.content }}<|im_end|>\\n{% endfor %}");
 }
 
 void write_tiny_model(const std::string& path, const TinyModel& m) {
-  constexpr int64_t n_embd = 32, n_head = 2, n_head_kv = 1, head_dim = 16, n_vocab = 16;
+  constexpr int64_t n_embd = 32, n_head = 2, n_head_kv = 1, head_dim = 16;
+  const int64_t n_vocab = m.vocab ? kSmallVocabTokens : 16;  // an embedding row for every token
   GgufWriter w;
   if (m.alignment) w.set_u32("general.alignment", m.alignment);
   const std::string a = m.arch;
