@@ -320,8 +320,7 @@ TEST(EngineConfigDefaults, UbatchZeroIsTheDevicesDefaultAndNegativeIsAnError) {
 }
 
 TEST(EngineErrors, SessionRejectsAPromptLongerThanTheContext) {
-  MINFER_REQUIRE_SHARED("models/minfer-demo-py-q8_0.gguf");
-  auto model = Model::load(test::shared_path("models/minfer-demo-py-q8_0.gguf").string());
+  auto model = Model::load(test::repo_demo_model());
   EngineConfig cfg = cpu_config();
   cfg.n_ctx = 32;
   Engine e(model, cfg);
@@ -333,8 +332,7 @@ TEST(EngineErrors, SessionRejectsAPromptLongerThanTheContext) {
 // Multi-turn chat: turn 2 computed incrementally (KV reuse) equals a fresh run over the whole
 // conversation, greedy.
 TEST(Chat, SecondTurnWithCacheReuseEqualsAFreshRun) {
-  MINFER_REQUIRE_SHARED("models/minfer-demo-py-q8_0.gguf");
-  auto model = Model::load(test::shared_path("models/minfer-demo-py-q8_0.gguf").string());
+  auto model = Model::load(test::repo_demo_model());
   const tok::Tokenizer& tk = *model->tokenizer();
   const chat::ChatTemplate tmpl(chat::select_chat_template(tk.chat_template(), "", "demo"));
   chat::ChatOptions opt;

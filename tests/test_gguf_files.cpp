@@ -148,7 +148,7 @@ TEST(GgufFiles, RewritingLlamaCppFilesReproducesThemByteForByte) {
   // our writer produces the same bytes from the same content, so llama.cpp reads what we write.
   for (const char* rel : {kVocab, kQwen2Tiny}) {
     SCOPED_TRACE(rel);
-    if (!fs::exists(test::shared_path(rel))) GTEST_SKIP() << "fixture not found: " << rel;
+    MINFER_REQUIRE_SHARED(rel);
     const auto src = open_shared(rel);
     const auto out = (test::temp_dir() / "rewritten.gguf").string();
     rewrite(*src, out);

@@ -31,7 +31,7 @@ TEST(TypeLayout, EveryTypeIdGgmlDefinesHasALayoutAndNoOtherDoes) {
 }
 
 TEST(TypeLayout, MatchesTheQuantFixtureManifests) {
-  MINFER_REQUIRE_SHARED("fixtures/quant");
+  MINFER_REQUIRE_SHARED("fixtures/quant/Q8_K/manifest.json");
   int checked = 0;
   for (const char* t : {"F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K",
                         "Q6_K", "Q8_K"}) {

@@ -1,5 +1,6 @@
-// Helpers shared by the tests: where ../shared lives, reading small binary files, skipping when
-// a fixture is absent (with a message that names the missing path).
+// Helpers shared by the tests: where the reference data lives (tests/data/shared/ in the repo,
+// then ../shared), reading small binary files, skipping when a fixture is absent (with a message
+// that names the missing path), or failing instead under CI.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -22,8 +23,34 @@ inline std::filesystem::path shared_dir() {
   return MINFER_SHARED_DIR;
 }
 
-/// Path of a file under ../shared, e.g. shared_path("fixtures/quant/Q4_0/blocks.bin").
-inline std::filesystem::path shared_path(const std::string& rel) { return shared_dir() / rel; }
+/// The repository's copy of the small reference files of ../shared, under the same relative
+/// paths (tests/data/shared/README.md gives each file's origin and sha256).
+inline std::filesystem::path repo_data_dir() {
+  return std::filesystem::path(MINFER_SOURCE_DIR) / "tests" / "data" / "shared";
+}
+
+/// Path of a reference file, e.g. shared_path("fixtures/quant/Q4_0/blocks.bin"): the repository's
+/// copy (tests/data/shared/REL) when that is a regular file, else REL under ../shared. Folders
+/// always resolve to ../shared.
+inline std::filesystem::path shared_path(const std::string& rel) {
+  if (!rel.empty()) {
+    const auto in_repo = repo_data_dir() / rel;
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(in_repo, ec)) return in_repo;
+  }
+  return shared_dir() / rel;
+}
+
+/// True under continuous integration (the environment variable CI is "true" or "1", as GitHub
+/// Actions, GitLab CI and most CI services set it). There, missing reference data is a failure.
+inline bool in_ci() {
+  const char* env = std::getenv("CI");
+  return env && (std::strcmp(env, "true") == 0 || std::strcmp(env, "1") == 0);
+}
+
+/// The demo model that ships in the repository (models/minfer-demo-py-q6_K.gguf, models/README.md):
+/// for tests that need a real trained model but no reference outputs of it, so they run on any clone.
+inline std::string repo_demo_model() { return std::string(MINFER_SOURCE_DIR) + "/models/minfer-demo-py-q6_K.gguf"; }
 
 /// The built `minfer` command.
 inline std::string minfer_bin() { return MINFER_BIN; }
@@ -67,10 +94,21 @@ inline std::vector<std::string> write_temporaries(const std::filesystem::path& d
 
 }  // namespace minfer::test
 
-/// Skips the current test (GTEST_SKIP) when a file under ../shared is missing.
-#define MINFER_REQUIRE_SHARED(rel)                                                      \
-  do {                                                                                  \
-    if (!std::filesystem::exists(::minfer::test::shared_path(rel)))                     \
-      GTEST_SKIP() << "fixture not found: " << ::minfer::test::shared_path(rel)         \
-                   << " (set MINFER_SHARED_DIR to the shared/ folder)";                 \
+/// The marker of every skip for absent reference data; scripts/test.sh counts the skipped tests
+/// by it.
+#define MINFER_SHARED_ABSENT "../shared reference data absent"
+
+/// When the reference file or folder REL (see shared_path) is missing: skips the current test
+/// (GTEST_SKIP) with a message naming the path, or, under CI (in_ci()), fails it (FAIL), so that
+/// a CI run without ../shared cannot pass by skipping. Returns from the calling function either way.
+#define MINFER_REQUIRE_SHARED(rel)                                                                        \
+  do {                                                                                                    \
+    const auto minfer_path_ = ::minfer::test::shared_path(rel);                                           \
+    if (!std::filesystem::exists(minfer_path_)) {                                                         \
+      if (::minfer::test::in_ci())                                                                        \
+        FAIL() << "fixture not found under CI (CI=true): " << minfer_path_                                \
+               << " (" MINFER_SHARED_ABSENT "; set MINFER_SHARED_DIR to the shared/ folder)";             \
+      GTEST_SKIP() << "fixture not found: " << minfer_path_                                               \
+                   << " (" MINFER_SHARED_ABSENT "; set MINFER_SHARED_DIR to the shared/ folder)";          \
+    }                                                                                                     \
   } while (0)
