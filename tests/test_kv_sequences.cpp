@@ -121,7 +121,7 @@ TEST_P(SeqAdd, ShiftedKeysMatchAFreshPrefillAtTheNewPositionsWithinTheRoundingBo
   const TensorType type = GetParam();
   auto model = tiny();
   const HParams& h = model->hparams();
-  for (const auto [start, delta] : {std::pair{0, 37}, std::pair{300, -250}, std::pair{40, -40}}) {
+  for (const auto& [start, delta] : {std::pair{0, 37}, std::pair{300, -250}, std::pair{40, -40}}) {
     Engine shifted(model, cpu_config(type, 512));
     Engine fresh(model, cpu_config(type, 512));
     shifted.forward(Batch::sequence(kPrompt, start, 0, false));

@@ -209,7 +209,9 @@ void expect_refused(Engine& e, std::span<const uint8_t> bytes, const std::string
     const std::string msg = err.what();
     EXPECT_EQ(msg.rfind("victim.session: ", 0), 0u) << what << ": " << msg;
     EXPECT_EQ(msg.find('\n'), std::string::npos) << what << ": " << msg;
-    if (!needle.empty()) EXPECT_NE(msg.find(needle), std::string::npos) << what << ": " << msg;
+    if (!needle.empty()) {
+      EXPECT_NE(msg.find(needle), std::string::npos) << what << ": " << msg;
+    }
   }
   EXPECT_TRUE(CacheSnapshot(e) == before) << what << ": the cache changed";
 }

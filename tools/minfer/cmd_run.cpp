@@ -85,11 +85,13 @@ void run(const RunArgs& a) {
   opt.stop = a.stop;
   // --prompt-cache: the longest prefix the file shares with this prompt is reused (Session's
   // prefill keeps the common prefix); a file that is refused is one warning and is rewritten.
+  std::vector<int32_t> cached;  // what the prompt cache file holds (when it was restored)
   if (!a.prompt_cache.empty()) {
     if (std::filesystem::exists(a.prompt_cache)) {
       try {
         const auto t0 = std::chrono::steady_clock::now();
         session.load(a.prompt_cache);
+        cached = session.tokens();
         report_session_io("restored", session.tokens().size(), a.prompt_cache, t0);
       } catch (const Error& e) {
         log_warn("prompt cache ignored: {}", e.what());
@@ -97,6 +99,7 @@ void run(const RunArgs& a) {
     }
     if (!a.prompt_cache_ro)
       opt.after_prefill = [&] {
+        if (session.tokens() == cached) return;  // the file holds this state already
         const auto t0 = std::chrono::steady_clock::now();
         session.save(a.prompt_cache);
         report_session_io("saved", session.tokens().size(), a.prompt_cache, t0);
