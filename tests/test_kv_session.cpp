@@ -293,7 +293,7 @@ TEST(SessionFile, ForeignContentIsRefusedWithItsReason) {
   // Token ids outside the vocabulary (the checksums are right: the writer does not check).
   std::vector<int32_t> bad = p;
   bad[5] = 64;
-  expect_refused(small, a.save_sequence(0, bad), "token 64 of 64", "outside the vocabulary");
+  expect_refused(a, a.save_sequence(0, bad), "token 64 of 64", "outside the vocabulary");
   // Bad magic, other version.
   std::vector<uint8_t> b2 = a.save_sequence(0, p);
   b2[0] = 'X';
