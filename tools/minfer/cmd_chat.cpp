@@ -3,6 +3,7 @@
 // the new turn is processed. Works with piped stdin (one user message per line).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -133,9 +134,12 @@ void chat(const ChatArgs& a) {
         continue;
       }
       const std::vector<int32_t> add = tk.encode(*turn, false, true);
-      // Room for the new turn and one generated token, by shifting as often as needed.
-      while (static_cast<int64_t>(session.tokens().size() + add.size()) + 1 >= n_ctx && session.context_shift() &&
-             session.shift_context()) {
+      // Room for the new turn and one generated token, by shifting as often as needed (not at
+      // all when even the kept tokens and the turn would not fit: the message is refused below).
+      const bool can_fit = static_cast<int64_t>(std::min<size_t>(static_cast<size_t>(keep), session.tokens().size()) +
+                                                add.size()) + 1 < n_ctx;
+      while (can_fit && static_cast<int64_t>(session.tokens().size() + add.size()) + 1 >= n_ctx &&
+             session.context_shift() && session.shift_context()) {
       }
       say_shift();
       ids = session.tokens();
