@@ -119,12 +119,13 @@ TEST(CliChatInput, ChatRefusesAMessageThatDoesNotFitAndKeepsGoing) {
   EXPECT_NE(r.out.find("minfer: message not sent: it is "), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("/reset"), std::string::npos) << r.out;
 
-  // A conversation that outgrows the context: the turn is refused with a hint to /reset, and
-  // after /reset the chat continues.
+  // A conversation that outgrows the context with --no-context-shift (by default the context
+  // shifts, test_cli_kv.cpp): the turn is refused with a hint to /reset, and after /reset the
+  // chat continues.
   std::string turns;
   for (int i = 0; i < 12; ++i) turns += "tell me more about the weather today\n";
   const std::string input2 = write_file(dir, "chat_turns.txt", turns + "/reset\nhi\n");
-  r = sh(bin + " chat -m " + model + " -n 8 -t 1 -c 96 --temp 0 --chat-template chatml < " + input2);
+  r = sh(bin + " chat -m " + model + " -n 8 -t 1 -c 96 --temp 0 --chat-template chatml --no-context-shift < " + input2);
   EXPECT_EQ(r.status, 0) << r.out;
   const size_t refused = r.out.find("the conversation with it is ");
   ASSERT_NE(refused, std::string::npos) << r.out;

@@ -5,9 +5,18 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include <cstring>
+
+#include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/read_file.h"
+#include "gguf/gguf.h"
 #include "core/log.h"
 #include "core/progress.h"
 #include "quant/quant.h"
@@ -204,9 +213,12 @@ std::span<const float> Engine::forward_view(const Batch& b) {
     fail("batch: tokens ({}), positions ({}), seq_ids ({}) and logits flags ({}) differ in length", n,
          b.positions.size(), b.seq_ids.size(), b.logits.size());
   const int64_t n_vocab = model_->hparams().n_vocab;
-  for (size_t i = 0; i < n; ++i)
+  for (size_t i = 0; i < n; ++i) {
     if (b.tokens[i] < 0 || b.tokens[i] >= n_vocab)
       fail("token id {} at batch index {} is outside the vocabulary [0, {})", b.tokens[i], i, n_vocab);
+    if (b.seq_ids[i] < 0 || b.seq_ids[i] >= KvCache::kMaxSeq)
+      fail("sequence id {} at batch index {} is outside [0, {})", b.seq_ids[i], i, KvCache::kMaxSeq);
+  }
   // New tokens must come after what each sequence already holds.
   std::vector<std::pair<int32_t, int32_t>> last;  // (seq, highest position seen)
   for (size_t i = 0; i < n; ++i) {
@@ -253,6 +265,20 @@ void Engine::run_ubatch(const Batch& b, size_t begin, size_t end, float* logits_
   std::span<const int32_t> pos(b.positions.data() + begin, end - begin);
   std::span<const int32_t> seq(b.seq_ids.data() + begin, end - begin);
 
+  uint64_t seq_set = 0;
+  for (int32_t s : seq) seq_set |= uint64_t{1} << s;
+  if (std::popcount(seq_set) > 1) {
+    // The mask input names one sequence per cell: a cell two of this ubatch's sequences share
+    // cannot be named for both, so each sequence runs on its own.
+    const auto& table = kv_->cells();
+    const int64_t extent = kv_->used_extent();
+    for (int64_t c = 0; c < extent; ++c)
+      if (std::popcount(table[static_cast<size_t>(c)].seqs & seq_set) > 1) {
+        run_ubatch_per_sequence(b, begin, end, logits_out);
+        return;
+      }
+  }
+
   std::vector<int32_t> out_ids;
   for (int32_t i = 0; i < nt; ++i)
     if (b.logits[begin + static_cast<size_t>(i)]) out_ids.push_back(i);
@@ -264,7 +290,7 @@ void Engine::run_ubatch(const Batch& b, size_t begin, size_t end, float* logits_
   std::vector<int32_t> cells;
   for (size_t i = 0; i < tokens.size(); ++i) cells.push_back(kv_->allocate(seq[i], pos.subspan(i, 1))[0]);
   try {
-    execute_ubatch(tokens, pos, seq, cells, out_ids, want_logits, logits_out);
+    execute_ubatch(tokens, pos, seq, seq_set, cells, out_ids, want_logits, logits_out);
   } catch (...) {
     kv_->release_cells(cells);
     throw;
@@ -272,7 +298,7 @@ void Engine::run_ubatch(const Batch& b, size_t begin, size_t end, float* logits_
 }
 
 void Engine::execute_ubatch(std::span<const int32_t> tokens, std::span<const int32_t> pos,
-                            std::span<const int32_t> seq, const std::vector<int32_t>& cells,
+                            std::span<const int32_t> seq, uint64_t seq_set, const std::vector<int32_t>& cells,
                             const std::vector<int32_t>& out_ids, bool want_logits, float* logits_out) {
   const auto nt = static_cast<int32_t>(tokens.size());
   const int64_t g = cfg_.kv_window_granule;
@@ -290,7 +316,11 @@ void Engine::execute_ubatch(std::span<const int32_t> tokens, std::span<const int
   const auto& table = kv_->cells();
   for (int64_t c = 0; c < n_kv; ++c) {
     kv_pos[static_cast<size_t>(c)] = table[static_cast<size_t>(c)].pos;
-    kv_seq[static_cast<size_t>(c)] = table[static_cast<size_t>(c)].seq;
+    // The sequence of this ubatch that sees the cell (at most one: run_ubatch), else the
+    // cell's lowest sequence, which no token of the ubatch matches; -1 for an empty cell.
+    const uint64_t seqs = table[static_cast<size_t>(c)].seqs;
+    const uint64_t mine = seqs & seq_set;
+    kv_seq[static_cast<size_t>(c)] = seqs == 0 ? -1 : std::countr_zero(mine != 0 ? mine : seqs);
   }
   const auto bytes = [](const auto& v) { return static_cast<uint64_t>(v.size() * sizeof(v[0])); };
   pg.set_input(cg.io.tokens, tokens.data(), tokens.size() * 4);
@@ -319,6 +349,214 @@ std::span<const float> Engine::decode_view(std::span<const int32_t> tokens, bool
 }
 
 void Engine::truncate(int32_t n_keep, int32_t seq) { kv_->remove(seq, n_keep, -1); }
+
+void Engine::run_ubatch_per_sequence(const Batch& b, size_t begin, size_t end, float* logits_out) {
+  const auto row = static_cast<size_t>(model_->hparams().n_vocab);
+  std::vector<int32_t> order;  // sequences in order of first appearance
+  for (size_t i = begin; i < end; ++i)
+    if (std::find(order.begin(), order.end(), b.seq_ids[i]) == order.end()) order.push_back(b.seq_ids[i]);
+  std::vector<float> tmp;
+  for (int32_t s : order) {
+    Batch sub;
+    std::vector<size_t> out_rows;  // where each of sub's logits rows goes in logits_out
+    size_t out_row = 0;
+    for (size_t i = begin; i < end; ++i) {
+      if (b.seq_ids[i] == s) {
+        sub.tokens.push_back(b.tokens[i]);
+        sub.positions.push_back(b.positions[i]);
+        sub.seq_ids.push_back(s);
+        sub.logits.push_back(b.logits[i]);
+        if (b.logits[i]) out_rows.push_back(out_row);
+      }
+      if (b.logits[i]) ++out_row;
+    }
+    tmp.resize(out_rows.size() * row);
+    run_ubatch(sub, 0, sub.tokens.size(), tmp.data());
+    for (size_t k = 0; k < out_rows.size(); ++k)
+      std::memcpy(logits_out + out_rows[k] * row, tmp.data() + k * row, row * sizeof(float));
+  }
+}
+
+void Engine::seq_add(int32_t seq, int32_t p0, int32_t p1, int32_t delta) {
+  const std::vector<KvCache::Cell> before = kv_->cells();
+  const std::vector<int32_t> moved = kv_->seq_add(seq, p0, p1, delta);
+  if (moved.empty()) return;
+  try {
+    // K rows of the moved cells: rotated by delta on top of their old rotation, in place.
+    // Rope(delta) after Rope(p) is Rope(p + delta) in real arithmetic (rotations compose).
+    const HParams& h = model_->hparams();
+    const auto n = static_cast<int64_t>(moved.size());
+    const int64_t n_kv = kv_->used_extent();
+    graph::Graph g;
+    const graph::NodeId ids = g.input(graph::InputKind::Other, TensorType::I32, {n, 1, 1, 1}, "shift_cells");
+    const graph::NodeId dpos = g.input(graph::InputKind::Other, TensorType::I32, {n, 1, 1, 1}, "shift_delta");
+    for (int64_t l = 0; l < h.n_layer; ++l) {
+      const std::string p = "blk." + std::to_string(l) + ".shift_k";
+      const graph::NodeId region = g.kv_region(static_cast<int32_t>(l), 0, cfg_.kv_type, h.kv_dim(), cfg_.n_ctx);
+      const graph::NodeId all = g.kv_load(region, n_kv, p + ".load");             // f32 [kv_dim, n_kv]
+      const graph::NodeId rows = g.get_rows(all, ids, p + ".rows");               // f32 [kv_dim, n]
+      const graph::NodeId rot = g.rope(rows, dpos, static_cast<int32_t>(h.head_dim), static_cast<int32_t>(h.n_rot),
+                                       h.rope_theta, p + ".rope");
+      g.kv_store(rot, region, ids, p + ".store");
+    }
+    graph::Backend* bks[2] = {backends_[0].get(), backends_[1].get()};
+    graph::PrepareOptions opt;
+    opt.preferred = cfg_.device;
+    opt.fuse = false;
+    const KvCache* kv = kv_.get();
+    graph::KvResolver resolver = [kv](BackendKind, int32_t layer, int32_t which) { return kv->region(layer, which); };
+    graph::PreparedGraph pg(std::move(g), bks, resolver, opt);
+    const std::vector<int32_t> deltas(moved.size(), delta);
+    pg.set_input(ids, moved.data(), moved.size() * 4);
+    pg.set_input(dpos, deltas.data(), deltas.size() * 4);
+    pg.execute();
+  } catch (...) {
+    for (size_t c = 0; c < before.size(); ++c) kv_->set_cell(static_cast<int32_t>(c), before[c]);
+    throw;
+  }
+}
+
+const kv::ModelFingerprint& Engine::fingerprint() const {
+  if (fingerprint_) return *fingerprint_;
+  const HParams& h = model_->hparams();
+  // Everything goes into one buffer hashed at the end (a few MB for a large vocabulary).
+  std::vector<uint8_t> buf;
+  const auto feed = [&](const void* p, size_t n) {
+    const size_t at = buf.size();
+    buf.resize(at + n);
+    if (n) std::memcpy(buf.data() + at, p, n);
+  };
+  const auto feed_str = [&](std::string_view sv) {
+    const uint64_t len = sv.size();
+    feed(&len, 8);
+    feed(sv.data(), sv.size());
+  };
+  feed_str("minfer model fingerprint 1");
+  feed_str(h.arch_name);
+  const int64_t nums[] = {h.n_vocab, h.n_embd, h.n_layer, h.n_head, h.n_head_kv, h.head_dim, h.n_ff, h.n_rot,
+                          h.has_qkv_bias, h.has_qk_norm, h.tied_output};
+  feed(nums, sizeof nums);
+  feed(&h.rope_theta, 4);
+  feed(&h.rms_eps, 4);
+  // Tensors: name, type, shape, and the first 4 KiB of the data (tells two trainings of one
+  // shape apart without reading gigabytes).
+  for (const graph::WeightTensor& w : model_->weights()) {
+    feed_str(w.name);
+    const auto t = static_cast<uint32_t>(w.type);
+    feed(&t, 4);
+    feed(w.ne.data(), sizeof(w.ne));
+    feed(w.data, static_cast<size_t>(std::min<uint64_t>(w.nbytes, 4096)));
+  }
+  // The tokenizer as the GGUF file defines it.
+  const gguf::GgufFile& f = model_->file();
+  for (const char* key : {"tokenizer.ggml.model", "tokenizer.ggml.pre"}) feed_str(f.get_string(key).value_or(""));
+  for (const char* key : {"tokenizer.ggml.tokens", "tokenizer.ggml.merges"}) {
+    const auto arr = f.get_string_array(key);
+    const uint64_t count = arr ? arr->size() : 0;
+    feed(&count, 8);
+    if (arr)
+      for (std::string_view sv : *arr) feed_str(sv);
+  }
+  if (const auto types = f.get_i32_array("tokenizer.ggml.token_type")) feed(types->data(), types->size() * 4);
+  auto fp = std::make_unique<kv::ModelFingerprint>();
+  fp->hash = XXH64(buf.data(), buf.size(), 0);
+  fp->arch = h.arch_name;
+  fp->name = h.name;
+  fp->n_layer = static_cast<uint32_t>(h.n_layer);
+  fp->kv_dim = static_cast<uint32_t>(h.kv_dim());
+  fp->n_vocab = static_cast<uint32_t>(h.n_vocab);
+  fingerprint_ = std::move(fp);
+  return *fingerprint_;
+}
+
+std::vector<uint8_t> Engine::save_sequence(int32_t seq, std::span<const int32_t> tokens) {
+  if (seq < 0 || seq >= KvCache::kMaxSeq) fail("save: sequence id {} is outside [0, {})", seq, KvCache::kMaxSeq);
+  const std::vector<int32_t> cells = kv_->seq_cells(seq);
+  if (tokens.size() != cells.size())
+    fail("save: sequence {} holds {} cells but {} tokens were given for them", seq, cells.size(), tokens.size());
+  kv::SessionData d;
+  d.model = fingerprint();
+  d.kv_type = cfg_.kv_type;
+  kv::SessionSequence sq;
+  sq.seq = seq;
+  sq.tokens.assign(tokens.begin(), tokens.end());
+  for (int32_t c : cells) sq.positions.push_back(kv_->cells()[static_cast<size_t>(c)].pos);
+  d.seqs.push_back(std::move(sq));
+  const uint64_t rb = kv_->row_bytes();
+  d.rows.resize(static_cast<size_t>(kv_->n_layer()));
+  for (int64_t l = 0; l < kv_->n_layer(); ++l) {
+    auto& r = d.rows[static_cast<size_t>(l)];
+    r.resize(2 * cells.size() * rb);
+    kv_->read_rows(l, 0, cells, r.data());
+    kv_->read_rows(l, 1, cells, r.data() + cells.size() * rb);
+  }
+  return kv::encode_session(d);
+}
+
+void Engine::save_sequence_file(const std::string& path, int32_t seq, std::span<const int32_t> tokens) {
+  const std::vector<uint8_t> bytes = save_sequence(seq, tokens);
+  AtomicFile f(path);
+  f.write(bytes.data(), bytes.size());
+  f.commit();
+}
+
+Engine::Restored Engine::restore_sequence(std::span<const uint8_t> bytes, std::string_view name, int32_t dst_seq,
+                                          bool positions_from_0) {
+  if (dst_seq < 0 || dst_seq >= KvCache::kMaxSeq)
+    fail("{}: cannot restore into sequence id {} (outside [0, {}))", name, dst_seq, KvCache::kMaxSeq);
+  kv::SessionLimits lim;
+  lim.n_ctx = cfg_.n_ctx;
+  lim.n_vocab = model_->hparams().n_vocab;
+  lim.max_seq = KvCache::kMaxSeq;
+  kv::SessionData d = kv::decode_session(bytes, name, fingerprint(), lim);
+  if (d.seqs.size() != 1) fail("{}: holds {} sequences; a sequence restore takes exactly one", name, d.seqs.size());
+  kv::SessionSequence& sq = d.seqs[0];
+  const int64_t n = static_cast<int64_t>(sq.positions.size());
+  if (positions_from_0)
+    for (int64_t i = 0; i < n; ++i)
+      if (sq.positions[static_cast<size_t>(i)] != i)
+        fail("{}: cell {} holds position {}; a conversation's positions must be 0, 1, 2, ...", name, i,
+             sq.positions[static_cast<size_t>(i)]);
+  // Cells that only dst_seq sees become free when it is replaced.
+  int64_t freed = 0;
+  for (const KvCache::Cell& c : kv_->cells()) freed += c.seqs == (uint64_t{1} << dst_seq);
+  const int64_t free_cells = cfg_.n_ctx - kv_->n_used() + freed;
+  if (n > free_cells)
+    fail("{}: its {} cells do not fit: {} of the context's {} cells are free for sequence {}", name, n, free_cells,
+         cfg_.n_ctx, dst_seq);
+  const uint64_t rb = kv_->row_bytes();
+  if (d.kv_type != cfg_.kv_type)
+    for (auto& r : d.rows) r = kv::convert_kv_rows(r, d.kv_type, cfg_.kv_type, kv_->kv_dim());
+  // Commit: nothing above touched the cache.
+  const std::vector<KvCache::Cell> before = kv_->cells();
+  try {
+    kv_->remove(dst_seq, 0, -1);
+    const std::vector<int32_t> cells = kv_->allocate(dst_seq, sq.positions);
+    for (int64_t l = 0; l < kv_->n_layer(); ++l) {
+      const uint8_t* r = d.rows[static_cast<size_t>(l)].data();
+      kv_->write_rows(l, 0, cells, r);
+      kv_->write_rows(l, 1, cells, r + static_cast<uint64_t>(n) * rb);
+    }
+    backend().synchronize();
+  } catch (...) {
+    for (size_t c = 0; c < before.size(); ++c) kv_->set_cell(static_cast<int32_t>(c), before[c]);
+    throw;
+  }
+  return Restored{std::move(sq.tokens), std::move(sq.positions)};
+}
+
+Engine::Restored Engine::restore_sequence_file(const std::string& path, int32_t dst_seq, bool positions_from_0) {
+  // The largest session this engine could hold (f32 rows: conversion on load is allowed).
+  const uint64_t limit = kv::max_session_bytes(kv_->n_layer(), row_bytes(TensorType::F32, kv_->kv_dim()), cfg_.n_ctx,
+                                               KvCache::kMaxSeq);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) > limit)
+    fail("{}: {} bytes, more than any session of this model and context size can be ({})", path,
+         static_cast<uint64_t>(st.st_size), limit);
+  const std::string bytes = read_file_bytes(path, "session file");
+  return restore_sequence(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()), path,
+                          dst_seq, positions_from_0);
+}
 
 void Engine::reset() { kv_->clear(); }
 

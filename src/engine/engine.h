@@ -14,6 +14,7 @@
 #include "graph/backend.h"
 #include "graph/scheduler.h"
 #include "kv/kv_cache.h"
+#include "kv/session_file.h"
 #include "models/model.h"
 #include "models/qwen_graph.h"
 
@@ -110,6 +111,56 @@ class Engine {
   /// decode() without the copy (a view as forward_view returns).
   std::span<const float> decode_view(std::span<const int32_t> tokens, bool all_logits = false);
 
+  // ---- sequence operations (llama.cpp's names; the server's slots are sequence ids) ----
+  /// [seq_rm] Forgets the positions [p0, p1) of `seq` (p1 < 0: to the end; seq -1: every
+  /// sequence). Throws minfer::Error for a sequence id outside [-1, KvCache::kMaxSeq).
+  void seq_rm(int32_t seq, int32_t p0, int32_t p1) { kv_->remove(seq, p0, p1); }
+  /// [seq_cp] Sequence `dst` sees the cells of `src` in [p0, p1) too (shared rows, no copy);
+  /// what `dst` held in that range is dropped. A ubatch with tokens of two sequences that share
+  /// a cell runs as one ubatch per sequence (the mask input names one sequence per cell).
+  void seq_cp(int32_t src, int32_t dst, int32_t p0, int32_t p1) { kv_->seq_cp(src, dst, p0, p1); }
+  /// [seq_keep] Drops every sequence but `seq`.
+  void seq_keep(int32_t seq) { kv_->seq_keep(seq); }
+  /// [seq_add] Adds `delta` to the positions [p0, p1) of `seq` (p1 < 0: to the end) and
+  /// re-rotates their K rows by RoPE with angle delta * theta_i, on the backend that holds the
+  /// cache (one small graph: KvcacheLoad -> GetRows -> Rope -> KvcacheStore per layer; f16 and
+  /// q8_0 rows are dequantized, rotated and requantized). Cells moved below position 0 are
+  /// dropped. Rotation composes exactly only in real arithmetic: the rows then differ from a
+  /// fresh prefill at the new positions by the rounding bound of docs/session-format.md
+  /// ("Shifted positions"), tested in test_kv_sequences.cpp. Throws minfer::Error when a moved
+  /// cell is shared with another sequence.
+  void seq_add(int32_t seq, int32_t p0, int32_t p1, int32_t delta);
+
+  // ---- sessions: a sequence's KV state as bytes (docs/session-format.md) ----
+  /// Encodes sequence `seq`: its cells' positions, `tokens` (the token of each of its cells in
+  /// position order: tokens.size() must equal its cell count, else minfer::Error), the model's
+  /// fingerprint and the K/V rows of those cells only (downloaded from the backend).
+  std::vector<uint8_t> save_sequence(int32_t seq, std::span<const int32_t> tokens);
+  /// save_sequence() written to `path` through a temporary file in the same folder renamed over
+  /// it (core/atomic_file.h): a failed write (full disk, file-size limit) throws minfer::Error
+  /// naming the file and leaves whatever was at `path` as it was.
+  void save_sequence_file(const std::string& path, int32_t seq, std::span<const int32_t> tokens);
+  /// What a restore put into the cache.
+  struct Restored {
+    std::vector<int32_t> tokens;     ///< in position order
+    std::vector<int32_t> positions;  ///< strictly increasing
+  };
+  /// Replaces sequence `dst_seq` with the one sequence in `bytes` (a session file's contents;
+  /// `name` names it in errors). Everything is checked into host memory first (kv::decode_session:
+  /// magic, version, checksums, model fingerprint, KV type, geometry, vocabulary, cell counts)
+  /// and the rows converted to this engine's KV type (f32 / f16 / q8_0); only then is the cache
+  /// touched. A refused session throws minfer::Error "<name>: <reason>" and leaves the cache
+  /// exactly as it was, also when the cells do not fit beside the other sequences.
+  /// `positions_from_0`: also refuse a sequence whose positions are not 0, 1, ..., n-1 (what a
+  /// token list in step with the cache needs, generate.h's Session).
+  Restored restore_sequence(std::span<const uint8_t> bytes, std::string_view name, int32_t dst_seq,
+                            bool positions_from_0 = false);
+  /// restore_sequence() of a file; a file larger than the largest session this engine could
+  /// hold is refused before it is read.
+  Restored restore_sequence_file(const std::string& path, int32_t dst_seq, bool positions_from_0 = false);
+  /// The fingerprint a session file must carry to restore here (computed once).
+  const kv::ModelFingerprint& fingerprint() const;
+
   /// Tokens of sequence 0 in the cache (its next position).
   int32_t n_past(int32_t seq = 0) const { return kv_->seq_pos_max(seq) + 1; }
   /// Forgets positions >= n_keep of `seq` (n_keep = 0 clears the sequence).
@@ -136,8 +187,10 @@ class Engine {
   /// Runs tokens [begin, end) of `b`; their flagged rows' logits go to `logits_out` (n_vocab
   /// floats each, room for all of them).
   void run_ubatch(const Batch& b, size_t begin, size_t end, float* logits_out);
+  /// run_ubatch for a ubatch with tokens of two sequences that share a cell: one per sequence.
+  void run_ubatch_per_sequence(const Batch& b, size_t begin, size_t end, float* logits_out);
   void execute_ubatch(std::span<const int32_t> tokens, std::span<const int32_t> pos,
-                      std::span<const int32_t> seq, const std::vector<int32_t>& cells,
+                      std::span<const int32_t> seq, uint64_t seq_set, const std::vector<int32_t>& cells,
                       const std::vector<int32_t>& out_ids, bool want_logits, float* logits_out);
   /// Engine-owned logits memory of at least `floats` floats (grown, never shrunk).
   float* logits_memory(size_t floats);
@@ -153,6 +206,7 @@ class Engine {
   std::unique_ptr<graph::Backend> backends_[2];
   std::unique_ptr<KvCache> kv_;
   std::list<CachedGraph> graphs_;  ///< most recently used first
+  mutable std::unique_ptr<kv::ModelFingerprint> fingerprint_;
   int64_t graphs_prepared_ = 0;
 };
 

@@ -30,6 +30,25 @@ size_t held_suffix(const std::string& text, const std::vector<std::string>& stop
 
 Session::Session(Engine& engine, const tok::Tokenizer& tokenizer) : engine_(engine), tok_(tokenizer) {}
 
+bool Session::shift_context() {
+  const auto n = static_cast<int32_t>(tokens_.size());
+  const int32_t keep = std::clamp(shift_keep_, 0, std::max(n - 1, 0));
+  const int32_t discard = (n - keep) / 2;
+  if (discard <= 0) return false;
+  engine_.seq_rm(0, keep, keep + discard);
+  engine_.seq_add(0, keep + discard, -1, -discard);
+  tokens_.erase(tokens_.begin() + keep, tokens_.begin() + keep + discard);
+  ++shifts_;
+  return true;
+}
+
+void Session::save(const std::string& path) const { engine_.save_sequence_file(path, 0, tokens_); }
+
+void Session::load(const std::string& path) {
+  Engine::Restored r = engine_.restore_sequence_file(path, 0, /*positions_from_0=*/true);
+  tokens_ = std::move(r.tokens);
+}
+
 void Session::reset() {
   engine_.truncate(0);
   tokens_.clear();
@@ -67,6 +86,7 @@ std::string Session::generate(std::span<const int32_t> prompt, Sampler& sampler,
   GenerateStats& st = stats ? *stats : local;
   st = GenerateStats{};
   const std::vector<float> prompt_logits = prefill(prompt, &st);
+  if (opt.after_prefill) opt.after_prefill();
   std::span<const float> logits = prompt_logits;  // then each decode's view (no copy)
   tok::Detokenizer detok(tok_, false);
   std::string text;      // all generated text
@@ -114,7 +134,7 @@ std::string Session::generate(std::span<const int32_t> prompt, Sampler& sampler,
       st.stop_reason = "cancelled";
       break;
     }
-    if (engine_.n_past() + 1 >= engine_.n_ctx()) {
+    if (engine_.n_past() + 1 >= engine_.n_ctx() && !(context_shift() && shift_context())) {
       st.stop_reason = "context";
       break;
     }

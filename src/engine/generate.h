@@ -20,6 +20,9 @@ struct GenerateOptions {
   int32_t max_tokens = 256;          ///< < 0: until the context is full
   std::vector<std::string> stop;     ///< stop strings (not included in the output)
   bool stop_at_eog = true;
+  /// Called once the prompt is in the cache, before the first token is sampled (run's
+  /// --prompt-cache saves there). Exceptions propagate.
+  std::function<void()> after_prefill;
 };
 
 struct GenerateStats {
@@ -57,10 +60,32 @@ class Session {
   const std::vector<int32_t>& tokens() const { return tokens_; }
   void reset();
 
+  /// Context shift: when generate() finds the context full, it keeps the first `n_keep` tokens,
+  /// drops the oldest half of the rest (Engine::seq_rm) and moves the others down
+  /// (Engine::seq_add), instead of stopping with stop_reason "context". n_keep < 0: off (the
+  /// default). The cache positions stay 0..n-1, in step with tokens().
+  void set_context_shift(int32_t n_keep) { shift_keep_ = n_keep; }
+  bool context_shift() const { return shift_keep_ >= 0; }
+  /// Shifts once as described (keep the first min(n_keep, n - 1) tokens, drop half the rest,
+  /// at least one token). Returns false, changing nothing, when nothing can be dropped.
+  bool shift_context();
+  /// Context shifts done so far.
+  int32_t shifts() const { return shifts_; }
+
+  /// Writes sequence 0 with tokens() to `path` (Engine::save_sequence_file: temporary file,
+  /// renamed; minfer::Error naming the file on failure, the old file kept).
+  void save(const std::string& path) const;
+  /// Replaces the cache's sequence 0 and tokens() with the session in `path`
+  /// (Engine::restore_sequence_file). A refused file throws minfer::Error "<path>: <reason>"
+  /// and changes nothing; so does a file whose positions are not 0..n-1.
+  void load(const std::string& path);
+
  private:
   Engine& engine_;
   const tok::Tokenizer& tok_;
-  std::vector<int32_t> tokens_;  ///< what sequence 0 of the cache holds
+  std::vector<int32_t> tokens_;  ///< what sequence 0 of the cache holds (token i at position i)
+  int32_t shift_keep_ = -1;
+  int32_t shifts_ = 0;
 };
 
 }  // namespace minfer

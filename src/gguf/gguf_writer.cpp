@@ -15,7 +15,7 @@
 
 #include "core/env.h"
 #include "core/error.h"
-#include "core/signal_cleanup.h"
+#include "core/atomic_file.h"
 #include "quant/quant.h"
 
 namespace minfer::gguf {
@@ -48,104 +48,7 @@ std::vector<uint8_t> array_header(ValueType elem, uint64_t count) {
   return p;
 }
 
-/// RAII FILE* on a new temporary file beside the output, renamed over it on commit() and
-/// removed otherwise: by the destructor, or by RemoveOnSignal's handler when a signal ends the
-/// process while writing (core/signal_cleanup.h). The temporary file is created with mkstemp (a
-/// fresh name in the output's folder, O_EXCL: never an existing file, never through a symbolic
-/// link), so no other file
-/// (the input, a file that happens to be named OUT.tmp, a link target) is ever truncated or
-/// removed. An output that exists but is not a regular file (a folder, a device, a FIFO) is
-/// refused before anything is written, and so is an existing output that is not writable; an
-/// existing output's permission bits are kept.
-class TmpFile {
- public:
-  explicit TmpFile(std::string final_path) : final_(std::move(final_path)) {
-    MINFER_CHECK(!final_.empty(), "GGUF writer: the output path is empty");
-    struct stat st {};
-    if (::stat(final_.c_str(), &st) == 0) {
-      if (!S_ISREG(st.st_mode))
-        fail("{}: exists and is not a regular file (a folder, device or pipe): not overwritten", final_);
-      // Replaced by a rename, which only needs the folder writable: refuse what an open for
-      // writing would refuse, and keep the file's permissions.
-      if (::access(final_.c_str(), W_OK) != 0)
-        fail("{}: exists and is not writable ({}): not overwritten", final_, std::strerror(errno));
-      keep_mode_ = true;
-      mode_ = st.st_mode & 07777;
-    }
-    const size_t slash = final_.rfind('/');
-    const std::string dir = slash == std::string::npos ? std::string(".") : final_.substr(0, slash + 1);
-    std::string templ = (slash == std::string::npos ? std::string() : dir) + ".minfer-write-XXXXXX";
-    const int fd = ::mkstemp(templ.data());
-    if (fd < 0) fail("{}: cannot create a temporary file in {}: {}", final_, dir, std::strerror(errno));
-    tmp_ = templ;
-    try {
-      on_signal_.arm(tmp_);  // a signal that ends the process removes it too
-    } catch (...) {
-      ::close(fd);
-      ::unlink(tmp_.c_str());
-      throw;
-    }
-    f_ = ::fdopen(fd, "wb");
-    if (!f_) {
-      const int e = errno;
-      ::close(fd);
-      ::unlink(tmp_.c_str());
-      fail("{}: cannot open {}: {}", final_, tmp_, std::strerror(e));
-    }
-  }
-  ~TmpFile() {
-    if (f_) std::fclose(f_);
-    if (!committed_) ::unlink(tmp_.c_str());
-  }
-  TmpFile(const TmpFile&) = delete;
-  TmpFile& operator=(const TmpFile&) = delete;
-
-  void write(const void* p, size_t n) {
-    if (n && std::fwrite(p, 1, n, f_) != n)
-      fail("{}: write failed after {} bytes: {}", final_, written_, std::strerror(errno));
-    written_ += n;
-  }
-  void pad_to(uint64_t alignment) {
-    static const uint8_t zeros[256] = {};
-    while (written_ % alignment != 0) {
-      const uint64_t n = std::min<uint64_t>(alignment - written_ % alignment, sizeof zeros);
-      write(zeros, static_cast<size_t>(n));
-    }
-  }
-  uint64_t written() const { return written_; }
-
-  void commit() {
-    if (std::fflush(f_) != 0 || ::fsync(::fileno(f_)) != 0)
-      fail("{}: cannot flush {}: {}", final_, tmp_, std::strerror(errno));
-    // mkstemp makes the file 0600; give it the replaced file's permissions, else those a plain
-    // fopen would give (0666 & ~umask).
-    mode_t mode = mode_;
-    if (!keep_mode_) {
-      const mode_t mask = ::umask(0);  // umask can only be read by setting it
-      ::umask(mask);
-      mode = 0666 & ~mask;
-    }
-    if (::fchmod(::fileno(f_), mode) != 0)
-      fail("{}: cannot set the permissions of {}: {}", final_, tmp_, std::strerror(errno));
-    const int rc = std::fclose(f_);
-    f_ = nullptr;
-    if (rc != 0) fail("{}: cannot close {}: {}", final_, tmp_, std::strerror(errno));
-    if (std::rename(tmp_.c_str(), final_.c_str()) != 0)
-      fail("{}: cannot rename {} to it: {}", final_, tmp_, std::strerror(errno));
-    committed_ = true;
-    on_signal_.disarm();
-  }
-
- private:
-  std::string final_;
-  bool keep_mode_ = false;  ///< the output existed: its permission bits are mode_
-  mode_t mode_ = 0;
-  std::string tmp_;
-  std::FILE* f_ = nullptr;
-  uint64_t written_ = 0;
-  bool committed_ = false;
-  RemoveOnSignal on_signal_;  // destroyed after ~TmpFile's unlink: disarmed once the file is gone
-};
+using TmpFile = AtomicFile;
 
 // MINFER_TEST_WRITE_SIGNAL: a signal in the middle of a write, at a known point, for the test
 // that a killed write leaves no temporary file (tests/test_gguf_write_signal.cpp).

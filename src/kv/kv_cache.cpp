@@ -1,6 +1,7 @@
 #include "kv/kv_cache.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/error.h"
 #include "quant/quant.h"
@@ -20,7 +21,7 @@ KvCache::KvCache(graph::Backend& backend, int64_t n_layer, int64_t kv_dim, int64
     fail("KV cache type {} is not supported (use f32, f16 or q8_0)", type_name(type));
   if (n_ctx <= 0 || n_layer <= 0 || kv_dim <= 0)
     fail("KV cache: invalid geometry (layers {}, kv_dim {}, cells {})", n_layer, kv_dim, n_ctx);
-  row_bytes_ = row_bytes(type, kv_dim);
+  row_bytes_ = minfer::row_bytes(type, kv_dim);
   cells_.resize(static_cast<size_t>(n_ctx));
   buffers_.reserve(static_cast<size_t>(2 * n_layer));
   for (int64_t i = 0; i < 2 * n_layer; ++i) {
@@ -56,7 +57,16 @@ int64_t KvCache::used_extent() const {
   return 0;
 }
 
+namespace {
+void check_seq(int32_t seq, bool allow_all, const char* what) {
+  if (seq < (allow_all ? -1 : 0) || seq >= KvCache::kMaxSeq)
+    fail("KV cache {}: sequence id {} is outside [{}, {})", what, seq, allow_all ? -1 : 0, KvCache::kMaxSeq);
+}
+bool in_range(int32_t pos, int32_t p0, int32_t p1) { return pos >= p0 && (p1 < 0 || pos < p1); }
+}  // namespace
+
 std::vector<int32_t> KvCache::allocate(int32_t seq, std::span<const int32_t> positions) {
+  check_seq(seq, false, "allocate");
   const auto n = static_cast<int64_t>(positions.size());
   std::vector<int32_t> out;
   if (n == 0) return out;
@@ -85,16 +95,106 @@ std::vector<int32_t> KvCache::allocate(int32_t seq, std::span<const int32_t> pos
   }
   for (int64_t i = 0; i < n; ++i) {
     if (positions[static_cast<size_t>(i)] < 0) fail("KV cache: negative position {}", positions[static_cast<size_t>(i)]);
-    cells_[static_cast<size_t>(out[static_cast<size_t>(i)])] = Cell{positions[static_cast<size_t>(i)], seq};
+    cells_[static_cast<size_t>(out[static_cast<size_t>(i)])] = Cell{positions[static_cast<size_t>(i)], uint64_t{1} << seq};
   }
   return out;
 }
 
 void KvCache::remove(int32_t seq, int32_t p0, int32_t p1) {
+  check_seq(seq, true, "seq_rm");
   for (Cell& c : cells_) {
-    if (c.pos < 0 || (seq >= 0 && c.seq != seq)) continue;
-    if (c.pos >= p0 && (p1 < 0 || c.pos < p1)) c = Cell{};
+    if (c.pos < 0 || (seq >= 0 && !c.has(seq)) || !in_range(c.pos, p0, p1)) continue;
+    c.seqs = seq < 0 ? 0 : c.seqs & ~(uint64_t{1} << seq);
+    if (c.seqs == 0) c = Cell{};
   }
+}
+
+void KvCache::seq_cp(int32_t src, int32_t dst, int32_t p0, int32_t p1) {
+  check_seq(src, false, "seq_cp");
+  check_seq(dst, false, "seq_cp");
+  if (src == dst) return;
+  remove(dst, p0, p1);
+  for (Cell& c : cells_)
+    if (c.pos >= 0 && c.has(src) && in_range(c.pos, p0, p1)) c.seqs |= uint64_t{1} << dst;
+}
+
+void KvCache::seq_keep(int32_t seq) {
+  check_seq(seq, false, "seq_keep");
+  for (Cell& c : cells_) {
+    c.seqs &= uint64_t{1} << seq;
+    if (c.seqs == 0) c = Cell{};
+  }
+}
+
+std::vector<int32_t> KvCache::seq_add(int32_t seq, int32_t p0, int32_t p1, int32_t delta) {
+  check_seq(seq, false, "seq_add");
+  std::vector<int32_t> changed;
+  if (delta == 0) return changed;
+  for (const Cell& c : cells_)
+    if (c.pos >= 0 && c.has(seq) && in_range(c.pos, p0, p1) && c.seqs != (uint64_t{1} << seq))
+      fail("KV cache seq_add: a cell at position {} of sequence {} is shared with other sequences "
+           "(seq_rm them or shift them all)", c.pos, seq);
+  for (int64_t i = 0; i < n_ctx_; ++i) {
+    Cell& c = cells_[static_cast<size_t>(i)];
+    if (c.pos < 0 || !c.has(seq) || !in_range(c.pos, p0, p1)) continue;
+    const int64_t np = static_cast<int64_t>(c.pos) + delta;
+    if (np < 0) {
+      c = Cell{};
+      continue;
+    }
+    if (np > std::numeric_limits<int32_t>::max()) fail("KV cache seq_add: position {} + {} overflows", c.pos, delta);
+    c.pos = static_cast<int32_t>(np);
+    changed.push_back(static_cast<int32_t>(i));
+  }
+  return changed;
+}
+
+std::vector<int32_t> KvCache::seq_cells(int32_t seq) const {
+  std::vector<int32_t> out;
+  for (int64_t i = 0; i < n_ctx_; ++i)
+    if (cells_[static_cast<size_t>(i)].pos >= 0 && cells_[static_cast<size_t>(i)].has(seq)) out.push_back(static_cast<int32_t>(i));
+  std::stable_sort(out.begin(), out.end(), [&](int32_t a, int32_t b) {
+    return cells_[static_cast<size_t>(a)].pos < cells_[static_cast<size_t>(b)].pos;
+  });
+  return out;
+}
+
+void KvCache::set_cell(int32_t cell, Cell c) {
+  if (cell < 0 || cell >= n_ctx_) fail("KV cache: cell {} is outside [0, {})", cell, n_ctx_);
+  if ((c.pos < 0) != (c.seqs == 0)) fail("KV cache: cell {} would be half empty (position {})", cell, c.pos);
+  cells_[static_cast<size_t>(cell)] = c;
+}
+
+namespace {
+/// Calls f(first index into cells, first cell, count) for each run of consecutive cells.
+template <typename F>
+void for_each_run(std::span<const int32_t> cells, F f) {
+  size_t i = 0;
+  while (i < cells.size()) {
+    size_t j = i + 1;
+    while (j < cells.size() && cells[j] == cells[j - 1] + 1) ++j;
+    f(i, cells[i], j - i);
+    i = j;
+  }
+}
+}  // namespace
+
+void KvCache::read_rows(int64_t layer, int32_t which, std::span<const int32_t> cells, uint8_t* dst) const {
+  const auto* base = static_cast<const uint8_t*>(region(layer, which).data);
+  for (int32_t c : cells)
+    if (c < 0 || c >= n_ctx_) fail("KV cache: cell {} is outside [0, {})", c, n_ctx_);
+  for_each_run(cells, [&](size_t at, int32_t first, size_t count) {
+    backend_.download(dst + at * row_bytes_, base + static_cast<uint64_t>(first) * row_bytes_, count * row_bytes_);
+  });
+}
+
+void KvCache::write_rows(int64_t layer, int32_t which, std::span<const int32_t> cells, const uint8_t* src) {
+  auto* base = static_cast<uint8_t*>(region(layer, which).data);
+  for (int32_t c : cells)
+    if (c < 0 || c >= n_ctx_) fail("KV cache: cell {} is outside [0, {})", c, n_ctx_);
+  for_each_run(cells, [&](size_t at, int32_t first, size_t count) {
+    backend_.upload(base + static_cast<uint64_t>(first) * row_bytes_, src + at * row_bytes_, count * row_bytes_);
+  });
 }
 
 void KvCache::release_cells(std::span<const int32_t> cells) {
@@ -107,7 +207,7 @@ void KvCache::clear() { std::fill(cells_.begin(), cells_.end(), Cell{}); }
 int32_t KvCache::seq_pos_max(int32_t seq) const {
   int32_t m = -1;
   for (const Cell& c : cells_)
-    if (c.pos >= 0 && c.seq == seq) m = std::max(m, c.pos);
+    if (c.pos >= 0 && c.has(seq)) m = std::max(m, c.pos);
   return m;
 }
 

@@ -1,7 +1,11 @@
 // The KV cache of one engine: per layer a K region and a V region of n_ctx cells (rows of
 // kv_dim elements in f32, f16 or q8_0), persistent buffers on the engine's backend, and the
-// cell table saying which (sequence, position) each cell holds. New tokens get cells from
-// free runs; removing tokens leaves holes that compact() closes by moving rows.
+// cell table saying which position each cell holds and which sequences see it (a cell may be
+// shared by several sequences after seq_cp: one row, several readers). New tokens get cells
+// from free runs; removing tokens leaves holes that compact() closes by moving rows.
+//
+// Sequence operations (llama.cpp's names): seq_rm = remove(), seq_cp, seq_keep, seq_add
+// (positions only: Engine::seq_add also re-rotates the K rows). Sequence ids are 0..kMaxSeq-1.
 #pragma once
 
 #include <cstdint>
@@ -17,9 +21,12 @@ TensorType parse_kv_type(std::string_view name);
 
 class KvCache {
  public:
+  /// Most sequences a cache tells apart (a cell's sequences are a 64-bit set).
+  static constexpr int32_t kMaxSeq = 64;
   struct Cell {
-    int32_t pos = -1;  ///< -1: empty
-    int32_t seq = -1;
+    int32_t pos = -1;   ///< -1: empty
+    uint64_t seqs = 0;  ///< bit s set: sequence s sees this cell (0 exactly when empty)
+    bool has(int32_t seq) const { return seq >= 0 && seq < kMaxSeq && ((seqs >> seq) & 1u) != 0; }
   };
   /// A move of `count` consecutive cells' rows from `src` to `dst` (all layers, K and V).
   struct Move {
@@ -48,14 +55,33 @@ class KvCache {
   /// 1 + the highest occupied cell (0 when empty): the attention window must cover this.
   int64_t used_extent() const;
 
+  /// Bytes of one K or V row (kv_dim elements of type()).
+  uint64_t row_bytes() const { return row_bytes_; }
+
   /// Finds cells for tokens of `seq` at `positions` (contiguous run first, else the first free
   /// cells), marks them used and returns their indices. Throws minfer::Error when fewer than
   /// positions.size() cells are free.
   std::vector<int32_t> allocate(int32_t seq, std::span<const int32_t> positions);
 
-  /// Empties the cells of `seq` (-1: every sequence) whose position is in [p0, p1) (p1 < 0: to
-  /// the end).
+  /// [seq_rm] Takes the cells of `seq` (-1: every sequence) whose position is in [p0, p1) (p1 < 0:
+  /// to the end) away from it; a cell no sequence sees any more is empty. Throws minfer::Error
+  /// for a sequence id outside [-1, kMaxSeq).
   void remove(int32_t seq, int32_t p0, int32_t p1);
+  /// [seq_cp] Makes the cells of `src` with positions in [p0, p1) (p1 < 0: to the end) visible
+  /// to `dst` too: the rows are shared, nothing is copied. Cells `dst` held in that range are
+  /// taken from it first. Throws minfer::Error for an id outside [0, kMaxSeq).
+  void seq_cp(int32_t src, int32_t dst, int32_t p0, int32_t p1);
+  /// [seq_keep] Takes every cell away from every sequence but `seq`.
+  void seq_keep(int32_t seq);
+  /// [seq_add] Adds `delta` to the positions of the cells of `seq` in [p0, p1) (p1 < 0: to the
+  /// end) and returns the indices of the cells whose position changed. Only the table changes:
+  /// the K rows still carry the old rotation (Engine::seq_add re-rotates them). A cell whose new
+  /// position would be negative is emptied (llama.cpp does the same). Throws minfer::Error when
+  /// a changed cell is shared with another sequence (its position is one for all readers) or
+  /// for an id outside [0, kMaxSeq).
+  std::vector<int32_t> seq_add(int32_t seq, int32_t p0, int32_t p1, int32_t delta);
+  /// Cells of `seq` in position order.
+  std::vector<int32_t> seq_cells(int32_t seq) const;
   void clear();
   /// Empties the given cells (undoes an allocate()).
   void release_cells(std::span<const int32_t> cells);
@@ -69,6 +95,14 @@ class KvCache {
   std::vector<Move> plan_compaction() const;
   /// Executes plan_compaction() on the regions and the cell table. Returns the moves done.
   std::vector<Move> compact();
+
+  /// Copies the rows of `cells` of region (layer, which) to `dst` (cells.size() x row_bytes()
+  /// bytes, in the order given), by one download per run of consecutive cells.
+  void read_rows(int64_t layer, int32_t which, std::span<const int32_t> cells, uint8_t* dst) const;
+  /// Writes rows from `src` (same layout) into the cells of region (layer, which).
+  void write_rows(int64_t layer, int32_t which, std::span<const int32_t> cells, const uint8_t* src);
+  /// Sets the table entry of `cell` (sessions restore a table; nothing else should need it).
+  void set_cell(int32_t cell, Cell c);
 
  private:
   graph::Backend& backend_;

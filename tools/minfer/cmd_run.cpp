@@ -1,12 +1,18 @@
 // `minfer run`: generate text from a prompt, streamed as it is produced, then one summary line.
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <iterator>
 #include <optional>
 #include <utility>
 
 #include "commands.h"
 #include "core/error.h"
+#include "core/log.h"
+#include "core/printable.h"
 #include "core/read_file.h"
 #include "engine/generate.h"
 #include "options.h"
@@ -28,7 +34,21 @@ struct RunArgs {
   std::string chat_template;
   bool think = false;
   bool no_think = false;
+  ContextArgs context;
+  std::string prompt_cache;
+  bool prompt_cache_all = false;
+  bool prompt_cache_ro = false;
 };
+
+/// One stderr line: "minfer: prompt cache: <verb> N tokens, B bytes, T ms (G GB/s): FILE".
+void report_session_io(const char* verb, size_t tokens, const std::string& path, std::chrono::steady_clock::time_point t0) {
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::error_code ec;
+  const auto bytes = std::filesystem::file_size(path, ec);
+  std::fprintf(stderr, "minfer: prompt cache: %s %zu tokens, %llu bytes, %.1f ms (%.2f GB/s): %s\n", verb, tokens,
+               static_cast<unsigned long long>(ec ? 0 : bytes), s * 1e3, s > 0 && !ec ? static_cast<double>(bytes) / s / 1e9 : 0.0,
+               printable(path).c_str());
+}
 
 void run(const RunArgs& a) {
   // Option values are checked before the (possibly multi-gigabyte) model is loaded.
@@ -47,22 +67,47 @@ void run(const RunArgs& a) {
   if (a.file.empty() && prompt == "-") prompt = read_fd_bytes(STDIN_FILENO, "stdin (-p -)", kPromptLimitBytes);
   const tok::Tokenizer& tk = *lm.model->tokenizer();
   std::vector<int32_t> ids;
+  std::optional<chat::ChatTemplate> chat_tmpl;
   if (a.chat) {
     std::vector<chat::ChatMessage> msgs;
     if (!a.system.empty()) msgs.push_back({"system", a.system});
     msgs.push_back({"user", prompt});
-    const chat::ChatTemplate tmpl =
-        chat_template_for(std::move(template_override), tk.chat_template(), a.model.model);
-    ids = tmpl.tokenize(tk, msgs, copt);  // the prompt and system text never become control tokens
+    chat_tmpl = chat_template_for(std::move(template_override), tk.chat_template(), a.model.model);
+    ids = chat_tmpl->tokenize(tk, msgs, copt);  // the prompt and system text never become control tokens
   } else {
     ids = tk.encode(prompt, /*add_special=*/true, /*parse_special=*/true);
   }
   if (ids.empty()) fail("the prompt is empty");
   Sampler sampler(sampling);
   Session session(*lm.engine, tk);
+  // -n -1 means "until the context is full": no shift there.
+  if (a.context.shift && a.n_predict >= 0)
+    session.set_context_shift(a.context.keep >= 0 ? a.context.keep : a.chat ? preamble_tokens(tk, *chat_tmpl, copt, a.system) : 0);
   GenerateOptions opt;
   opt.max_tokens = a.n_predict;
   opt.stop = a.stop;
+  // --prompt-cache: the longest prefix the file shares with this prompt is reused (Session's
+  // prefill keeps the common prefix); a file that is refused is one warning and is rewritten.
+  std::vector<int32_t> cached;  // what the prompt cache file holds (when it was restored)
+  if (!a.prompt_cache.empty()) {
+    if (std::filesystem::exists(a.prompt_cache)) {
+      try {
+        const auto t0 = std::chrono::steady_clock::now();
+        session.load(a.prompt_cache);
+        cached = session.tokens();
+        report_session_io("restored", session.tokens().size(), a.prompt_cache, t0);
+      } catch (const Error& e) {
+        log_warn("prompt cache ignored: {}", e.what());
+      }
+    }
+    if (!a.prompt_cache_ro)
+      opt.after_prefill = [&] {
+        if (session.tokens() == cached) return;  // the file holds this state already
+        const auto t0 = std::chrono::steady_clock::now();
+        session.save(a.prompt_cache);
+        report_session_io("saved", session.tokens().size(), a.prompt_cache, t0);
+      };
+  }
   if (!a.no_display_prompt && !a.chat) {
     std::fwrite(prompt.data(), 1, prompt.size(), stdout);
     std::fflush(stdout);
@@ -75,11 +120,20 @@ void run(const RunArgs& a) {
   }, &st);
   std::fputc('\n', stdout);
   std::fflush(stdout);
+  if (!a.prompt_cache.empty() && a.prompt_cache_all && !a.prompt_cache_ro) {
+    const auto t0 = std::chrono::steady_clock::now();
+    session.save(a.prompt_cache);
+    report_session_io("saved", session.tokens().size(), a.prompt_cache, t0);
+  }
+  const std::string reused = st.reused_tokens > 0 ? fmt::format(" ({} reused)", st.reused_tokens) : std::string();
   std::fprintf(stderr,
-               "minfer: prompt %d token%s, %.1f t/s | generated %d token%s, %.1f t/s | stop: %s\n",
-               st.prompt_tokens, st.prompt_tokens == 1 ? "" : "s", st.prefill_tps(), st.generated_tokens,
+               "minfer: prompt %d token%s%s, %.1f t/s | generated %d token%s, %.1f t/s | stop: %s\n",
+               st.prompt_tokens, st.prompt_tokens == 1 ? "" : "s", reused.c_str(), st.prefill_tps(), st.generated_tokens,
                st.generated_tokens == 1 ? "" : "s", st.decode_tps(),
                st.stop_reason.c_str());
+  if (session.shifts() > 0)
+    std::fprintf(stderr, "minfer: context shifted %d time%s (--no-context-shift stops at the full context instead)\n",
+                 session.shifts(), session.shifts() == 1 ? "" : "s");
 }
 
 }  // namespace
@@ -101,6 +155,11 @@ void add_run_command(CLI::App& app) {
   cmd->add_flag("--no-think", args->no_think, "Qwen3: enable_thinking=false (an empty think block)")->needs(chat);
   cmd->add_option("--stop", args->stop, "stop string (repeatable)");
   cmd->add_flag("--no-display-prompt", args->no_display_prompt, "do not echo the prompt");
+  args->context.add(cmd);
+  auto* pc = cmd->add_option("--prompt-cache", args->prompt_cache,
+                             "KV session file: reuse the prefix it shares with the prompt, save it after the prompt");
+  cmd->add_flag("--prompt-cache-all", args->prompt_cache_all, "also save the generated tokens to the prompt cache")->needs(pc);
+  cmd->add_flag("--prompt-cache-ro", args->prompt_cache_ro, "use the prompt cache but never write it")->needs(pc);
   cmd->callback([args] {
     if (args->prompt.empty() && args->file.empty()) fail("give a prompt with -p TEXT or -f FILE");
     run(*args);

@@ -126,4 +126,27 @@ LoadedModel load_model(const ModelArgs& args) {
   return lm;
 }
 
+void ContextArgs::add(CLI::App* cmd) {
+  cmd->add_option("--keep", keep,
+                  "tokens kept at the start when the context is full and the oldest half of the rest is dropped "
+                  "(default: the system prompt and chat-template preamble)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--no-context-shift", [this](int64_t) { shift = false; },
+                "stop (or refuse the message) when the context is full instead of dropping old tokens");
+}
+
+int32_t preamble_tokens(const tok::Tokenizer& tk, const chat::ChatTemplate& tmpl, const chat::ChatOptions& opt,
+                        const std::string& system) {
+  const auto ids = [&](const char* text) {
+    std::vector<chat::ChatMessage> msgs;
+    if (!system.empty()) msgs.push_back({"system", system});
+    msgs.push_back({"user", text});
+    return tmpl.tokenize(tk, msgs, opt);
+  };
+  const std::vector<int32_t> a = ids("A"), b = ids("B");
+  size_t n = 0;
+  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  return static_cast<int32_t>(n);
+}
+
 }  // namespace minfer::cli

@@ -12,6 +12,7 @@
 #include "chat/chat.h"
 #include "engine/engine.h"
 #include "sampling/sampler.h"
+#include "tokenizer/tokenizer.h"
 
 namespace minfer::cli {
 
@@ -72,6 +73,21 @@ std::optional<chat::ChatTemplate> chat_template_override(const std::string& over
 /// --chat-template chatml when it is empty, or when it does not parse).
 chat::ChatTemplate chat_template_for(std::optional<chat::ChatTemplate> override_template,
                                      std::string_view model_template, const std::string& model_path);
+
+/// --keep and --no-context-shift (run, chat): what a Session does when the context is full.
+struct ContextArgs {
+  int32_t keep = -1;   ///< tokens kept at the start (-1: the chat template's preamble, or 0)
+  bool shift = true;   ///< false: --no-context-shift
+
+  /// Adds --keep N and --no-context-shift.
+  void add(CLI::App* cmd);
+};
+
+/// Tokens at the start of every conversation rendered by `tmpl` with `system` (the system prompt
+/// and the template's preamble up to the first user message's text): the longest common prefix
+/// of two one-message conversations. The default --keep of chat and run --chat.
+int32_t preamble_tokens(const tok::Tokenizer& tk, const chat::ChatTemplate& tmpl, const chat::ChatOptions& opt,
+                        const std::string& system);
 
 struct LoadedModel {
   std::shared_ptr<const Model> model;

@@ -1,0 +1,89 @@
+#include "core/atomic_file.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace minfer {
+
+AtomicFile::AtomicFile(std::string final_path) : final_(std::move(final_path)) {
+  if (final_.empty()) fail("cannot write a file with an empty path");
+  struct stat st {};
+  if (::stat(final_.c_str(), &st) == 0) {
+    if (!S_ISREG(st.st_mode))
+      fail("{}: exists and is not a regular file (a folder, device or pipe): not overwritten", final_);
+    // Replaced by a rename, which only needs the folder writable: refuse what an open for
+    // writing would refuse, and keep the file's permissions.
+    if (::access(final_.c_str(), W_OK) != 0)
+      fail("{}: exists and is not writable ({}): not overwritten", final_, std::strerror(errno));
+    keep_mode_ = true;
+    mode_ = st.st_mode & 07777;
+  }
+  const size_t slash = final_.rfind('/');
+  const std::string dir = slash == std::string::npos ? std::string(".") : final_.substr(0, slash + 1);
+  std::string templ = (slash == std::string::npos ? std::string() : dir) + ".minfer-write-XXXXXX";
+  const int fd = ::mkstemp(templ.data());
+  if (fd < 0) fail("{}: cannot create a temporary file in {}: {}", final_, dir, std::strerror(errno));
+  tmp_ = templ;
+  try {
+    on_signal_.arm(tmp_);  // a signal that ends the process removes it too
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp_.c_str());
+    throw;
+  }
+  f_ = ::fdopen(fd, "wb");
+  if (!f_) {
+    const int e = errno;
+    ::close(fd);
+    ::unlink(tmp_.c_str());
+    fail("{}: cannot open {}: {}", final_, tmp_, std::strerror(e));
+  }
+}
+AtomicFile::~AtomicFile() {
+  if (f_) std::fclose(f_);
+  if (!committed_) ::unlink(tmp_.c_str());
+}
+
+void AtomicFile::write(const void* p, size_t n) {
+  if (n && std::fwrite(p, 1, n, f_) != n)
+    fail("{}: write failed after {} bytes: {}", final_, written_, std::strerror(errno));
+  written_ += n;
+}
+void AtomicFile::pad_to(uint64_t alignment) {
+  static const uint8_t zeros[256] = {};
+  while (written_ % alignment != 0) {
+    const uint64_t n = std::min<uint64_t>(alignment - written_ % alignment, sizeof zeros);
+    write(zeros, static_cast<size_t>(n));
+  }
+}
+
+void AtomicFile::commit() {
+  if (std::fflush(f_) != 0 || ::fsync(::fileno(f_)) != 0)
+    fail("{}: cannot flush {}: {}", final_, tmp_, std::strerror(errno));
+  // mkstemp makes the file 0600; give it the replaced file's permissions, else those a plain
+  // fopen would give (0666 & ~umask).
+  mode_t mode = mode_;
+  if (!keep_mode_) {
+    const mode_t mask = ::umask(0);  // umask can only be read by setting it
+    ::umask(mask);
+    mode = 0666 & ~mask;
+  }
+  if (::fchmod(::fileno(f_), mode) != 0)
+    fail("{}: cannot set the permissions of {}: {}", final_, tmp_, std::strerror(errno));
+  const int rc = std::fclose(f_);
+  f_ = nullptr;
+  if (rc != 0) fail("{}: cannot close {}: {}", final_, tmp_, std::strerror(errno));
+  if (std::rename(tmp_.c_str(), final_.c_str()) != 0)
+    fail("{}: cannot rename {} to it: {}", final_, tmp_, std::strerror(errno));
+  committed_ = true;
+  on_signal_.disarm();
+}
+
+
+}  // namespace minfer
