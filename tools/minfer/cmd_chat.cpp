@@ -30,10 +30,11 @@ struct ChatArgs {
 void chat(const ChatArgs& a) {
   // Option values are checked before the (possibly multi-gigabyte) model is loaded.
   const SamplerParams sampling = a.sampling.params();
-  const chat::ChatOptions copt = chat_options(a.think, a.no_think);
+  chat::ChatOptions copt = chat_options(a.think, a.no_think);
   std::optional<chat::ChatTemplate> template_override = chat_template_override(a.chat_template);
   LoadedModel lm = load_model(a.model);
   const tok::Tokenizer& tk = *lm.model->tokenizer();
+  copt = with_special_texts(copt, tk);
   Sampler sampler(sampling);
   Session session(*lm.engine, tk);
   const int64_t n_ctx = lm.engine->n_ctx();
@@ -60,14 +61,14 @@ void chat(const ChatArgs& a) {
     if (line.empty()) continue;
     msgs.push_back({"user", line});
     const std::string text = tmpl.render(msgs, copt);
-    const std::vector<int32_t> ids = tk.encode(text, true, true);
+    const std::vector<int32_t> ids = tokenize_chat_prompt(tk, text);
     if (static_cast<int64_t>(ids.size()) >= n_ctx) {  // reject this message, keep the session
       msgs.pop_back();
       // Would it fit without the earlier turns? Then /reset helps; otherwise only a larger -c.
       std::vector<chat::ChatMessage> alone(msgs.begin(), msgs.begin() + (a.system.empty() ? 0 : 1));
       const bool has_history = msgs.size() > alone.size();
       alone.push_back({"user", line});
-      const size_t n_alone = has_history ? tk.encode(tmpl.render(alone, copt), true, true).size() : ids.size();
+      const size_t n_alone = has_history ? tokenize_chat_prompt(tk, tmpl.render(alone, copt)).size() : ids.size();
       if (static_cast<int64_t>(n_alone) < n_ctx)
         std::fprintf(stderr,
                      "minfer: message not sent: the conversation with it is %zu tokens, which does not fit "

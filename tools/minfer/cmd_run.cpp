@@ -53,9 +53,10 @@ void run(const RunArgs& a) {
     msgs.push_back({"user", prompt});
     const chat::ChatTemplate tmpl =
         chat_template_for(std::move(template_override), tk.chat_template(), a.model.model);
-    text = tmpl.render(msgs, copt);
+    text = tmpl.render(msgs, with_special_texts(copt, tk));
   }
-  const std::vector<int32_t> ids = tk.encode(text, /*add_special=*/true, /*parse_special=*/true);
+  const std::vector<int32_t> ids =
+      a.chat ? tokenize_chat_prompt(tk, text) : tk.encode(text, /*add_special=*/true, /*parse_special=*/true);
   if (ids.empty()) fail("the prompt is empty");
   Sampler sampler(sampling);
   Session session(*lm.engine, tk);

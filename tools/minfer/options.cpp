@@ -98,6 +98,19 @@ chat::ChatOptions chat_options(bool think, bool no_think) {
   return o;
 }
 
+chat::ChatOptions with_special_texts(chat::ChatOptions o, const tok::Tokenizer& tk) {
+  if (tk.bos() >= 0) o.bos_token = std::string(tk.token_text(tk.bos()));
+  if (tk.eos() >= 0) o.eos_token = std::string(tk.token_text(tk.eos()));
+  return o;
+}
+
+std::vector<int32_t> tokenize_chat_prompt(const tok::Tokenizer& tk, const std::string& text) {
+  const bool has_bos = tk.add_bos() && tk.bos() >= 0 && text.starts_with(tk.token_text(tk.bos()));
+  std::vector<int32_t> ids = tk.encode(text, /*add_special=*/!has_bos, /*parse_special=*/true);
+  if (has_bos && tk.add_eos()) ids.push_back(tk.eos());
+  return ids;
+}
+
 std::optional<chat::ChatTemplate> chat_template_override(const std::string& override_value) {
   if (override_value.empty()) return std::nullopt;
   return chat::ChatTemplate(chat::select_chat_template({}, override_value, {}),

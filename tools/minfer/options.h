@@ -12,6 +12,7 @@
 #include "chat/chat.h"
 #include "engine/engine.h"
 #include "sampling/sampler.h"
+#include "tokenizer/tokenizer.h"
 
 namespace minfer::cli {
 
@@ -60,6 +61,15 @@ int64_t parse_int_option(const std::string& value, std::string_view option, std:
 
 /// Chat rendering options from --think / --no-think (neither: the template's default).
 chat::ChatOptions chat_options(bool think, bool no_think);
+
+/// `o` with the vocabulary's bos/eos texts, for templates that print bos_token / eos_token
+/// (Llama 3, Mistral).
+chat::ChatOptions with_special_texts(chat::ChatOptions o, const tok::Tokenizer& tk);
+
+/// Token ids of a rendered chat prompt: special-token texts parsed, BOS added as the vocabulary
+/// asks unless the text already starts with the BOS text (a template that prints bos_token),
+/// so the prompt has one BOS, as llama.cpp's chat path gives.
+std::vector<int32_t> tokenize_chat_prompt(const tok::Tokenizer& tk, const std::string& text);
 
 /// The --chat-template of run and chat, read and parsed now, before the model loads, so that a
 /// missing, unreadable or unparsable file is reported at once: minfer::Error naming the option
