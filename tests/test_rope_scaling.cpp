@@ -236,6 +236,23 @@ TEST(RopeScaling, YarnKeysSetTheRampTheTemperatureAndTheScale) {
   EXPECT_EQ(h.rope.corr_high, 20.0f);
 }
 
+TEST(RopeScaling, YarnLoadsForQwen2AsForLlamaKeepingTheNeoxLayout) {
+  // Qwen2.5 long-context files: qwen2.rope.scaling.* (refused before YaRN was implemented).
+  test::SynthSpec spec;
+  spec.type = TensorType::F32;
+  spec.extra_metadata = [](gguf::GgufWriter& w) {
+    w.set_string("qwen2.rope.scaling.type", "yarn");
+    w.set_f32("qwen2.rope.scaling.factor", 4.0f);
+    w.set_u32("qwen2.rope.scaling.original_context_length", 32768);
+  };
+  const auto m = Model::load(test::write_synth_model(spec, test::temp_dir()).string());
+  EXPECT_EQ(m->hparams().rope.layout, graph::RopeLayout::Neox);
+  EXPECT_EQ(m->hparams().rope.ext_factor, 1.0f);
+  EXPECT_EQ(m->hparams().rope.freq_scale, 0.25f);
+  EXPECT_EQ(m->hparams().rope.corr_low, 11.0f);  // 64 rotated dims, base 1e6: as for llama above
+  EXPECT_EQ(m->hparams().rope.corr_high, 20.0f);
+}
+
 TEST(RopeScaling, LinearScalingFromEitherKey) {
   auto m = synth_llama([](gguf::GgufWriter& w) {
     w.set_string("llama.rope.scaling.type", "linear");
