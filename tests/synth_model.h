@@ -1,4 +1,4 @@
-// A tiny random Qwen2 / Qwen3 model written with the project's GGUF writer, for tests that need a
+// A tiny random Qwen2 / Qwen3 / Llama model written with the project's GGUF writer, for tests that need a
 // model of a given weight type (the fixture models are Q8_0 and Q4_0 only). The file follows
 // llama.cpp's tensor names and metadata keys (../shared/fixtures/models/README.md lists them);
 // it has no tokenizer (the loader does not need one; tests feed token ids).
@@ -22,7 +22,9 @@
 namespace minfer::test {
 
 struct SynthSpec {
-  std::string arch = "qwen2";          ///< "qwen2" (q/k/v biases, tied output) or "qwen3"
+  /// "qwen2" (q/k/v biases, tied output), "qwen3" (q/k norms, untied) or "llama" (no biases,
+  /// untied unless llama_tied, rope_freqs.weight when llama_rope_freqs)
+  std::string arch = "qwen2";
   TensorType type = TensorType::Q8_0;  ///< every 2-D weight
   int64_t n_embd = 256;
   int64_t n_layer = 2;
@@ -34,6 +36,8 @@ struct SynthSpec {
   uint32_t n_ctx_train = 4096;
   float rope_theta = 1e6f;
   uint32_t seed = 1;
+  bool llama_tied = false;        ///< llama: no output.weight (Llama-3.2 1B/3B)
+  bool llama_rope_freqs = false;  ///< llama: a rope_freqs.weight of Llama-3.1's frequency factors
   std::string omit_tensor;         ///< leave this tensor out (error tests)
   std::string wrong_shape_tensor;  ///< give this tensor one extra row (error tests)
   int64_t block_count = -1;        ///< written as <arch>.block_count (-1: n_layer; error tests)
@@ -98,7 +102,21 @@ inline std::filesystem::path write_synth_model(const SynthSpec& s, const std::fi
   const float in_sigma = 1.0f / std::sqrt(static_cast<float>(s.n_embd));
   mat("token_embd.weight", s.n_embd, s.n_vocab, 0.25f);
   vec("output_norm.weight", s.n_embd, 0.05f, 1.0f);
-  if (a == "qwen3") mat("output.weight", s.n_embd, s.n_vocab, 0.25f);
+  if (a == "qwen3" || (a == "llama" && !s.llama_tied)) mat("output.weight", s.n_embd, s.n_vocab, 0.25f);
+  if (a == "llama" && s.llama_rope_freqs) {
+    // Llama-3.1's factors (factor 8, low 1, high 4, original context 8192): 1 for short
+    // wavelengths, 8 for long ones, a smooth blend between.
+    std::vector<float> ff(static_cast<size_t>(s.head_dim / 2));
+    for (size_t i = 0; i < ff.size(); ++i) {
+      const double wavelen = 2.0 * 3.14159265358979 * std::pow(s.rope_theta, 2.0 * static_cast<double>(i) / static_cast<double>(s.head_dim));
+      const double smooth = (8192.0 / wavelen - 1.0) / 3.0;
+      ff[i] = wavelen < 8192.0 / 4.0 ? 1.0f : wavelen > 8192.0 ? 8.0f : static_cast<float>(1.0 / ((1.0 - smooth) / 8.0 + smooth));
+    }
+    std::vector<uint8_t> bytes(ff.size() * sizeof(float));
+    std::memcpy(bytes.data(), ff.data(), bytes.size());
+    const int64_t ne[1] = {s.head_dim / 2};
+    w.add_tensor_bytes("rope_freqs.weight", TensorType::F32, ne, bytes);
+  }
   for (int64_t l = 0; l < s.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     vec(p + "attn_norm.weight", s.n_embd, 0.05f, 1.0f);
@@ -109,7 +127,7 @@ inline std::filesystem::path write_synth_model(const SynthSpec& s, const std::fi
       vec(p + "attn_q.bias", q_dim, 0.1f, 0.0f);
       vec(p + "attn_k.bias", kv_dim, 0.1f, 0.0f);
       vec(p + "attn_v.bias", kv_dim, 0.1f, 0.0f);
-    } else {
+    } else if (a == "qwen3") {
       vec(p + "attn_q_norm.weight", s.head_dim, 0.05f, 1.0f);
       vec(p + "attn_k_norm.weight", s.head_dim, 0.05f, 1.0f);
     }

@@ -257,8 +257,8 @@ TEST(ModelErrors, WrongShapeIsNamedWithBothShapes) {
 
 TEST(ModelErrors, UnsupportedArchitectureIsNamed) {
   test::SynthSpec spec;
-  spec.arch = "llama";
-  expect_error([&] { tiny(spec); }, {"architecture 'llama' is not supported"});
+  spec.arch = "gemma";
+  expect_error([&] { tiny(spec); }, {"architecture 'gemma' is not supported"});
 }
 
 TEST(ModelErrors, UnsupportedWeightTypeIsNamed) {

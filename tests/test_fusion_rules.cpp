@@ -103,12 +103,15 @@ TEST(FusionRules, TheCpuBackendKeepsThePlainAdds) {
 struct BlockWeights {
   WeightTensor q = f32_weight("q", 16, 16), k = f32_weight("k", 16, 8), v = f32_weight("v", 16, 8),
                bq = f32_weight("bq", 16, 1), bk = f32_weight("bk", 8, 1), bv = f32_weight("bv", 8, 1),
-               qn = f32_weight("qn", 4, 1), kn = f32_weight("kn", 4, 1);
+               qn = f32_weight("qn", 4, 1), kn = f32_weight("kn", 4, 1), ff = f32_weight("ff", 2, 1);
 };
 
 /// x -> q/k/v (+ biases, or q/k norms) -> rope -> KV stores -> attention (4 heads of 4, 2 KV
 /// heads). `other_pos` ropes k with another positions input (not fusable).
-Graph block_graph(const BlockWeights& w, bool norm, bool other_pos, NodeId* attn) {
+/// `rope`: the q rope's config (the llama layout with frequency factors when has_freq_factors);
+/// `k_rope`: the k rope's, when it should differ.
+Graph block_graph(const BlockWeights& w, bool norm, bool other_pos, NodeId* attn, const RopeConfig& rope = {},
+                  const RopeConfig* k_rope = nullptr) {
   Graph g;
   const NodeId x = g.input(InputKind::Other, TensorType::F32, {16, 2, 1, 1}, "x");
   const NodeId pos = g.input(InputKind::Positions, TensorType::I32, {2, 1, 1, 1}, "pos");
@@ -132,8 +135,10 @@ Graph block_graph(const BlockWeights& w, bool norm, bool other_pos, NodeId* attn
     q = g.qk_norm(q, qn, 4, 1e-6f, "q_norm");
     k = g.qk_norm(k, kn, 4, 1e-6f, "k_norm");
   }
-  q = g.rope(q, pos, 4, 4, 1e6f, "rope_q");
-  k = g.rope(k, other_pos ? pos2 : pos, 4, 4, 1e6f, "rope_k");
+  const NodeId ff = rope.has_freq_factors ? g.weight(w.ff) : kNoNode;
+  const RopeConfig& kr_cfg = k_rope ? *k_rope : rope;
+  q = g.rope(q, pos, 4, 4, 1e6f, "rope_q", rope, ff);
+  k = g.rope(k, other_pos ? pos2 : pos, 4, 4, 1e6f, "rope_k", kr_cfg, kr_cfg.has_freq_factors ? ff : kNoNode);
   const NodeId sk = g.kv_store(k, kr, cells, "store_k"), sv = g.kv_store(v, vr, cells, "store_v");
   *attn = g.attn(q, sk, sv, pos, seq, kvp, kvs, 4, 2, 4, 32, 0.5f, "attn");
   g.mark_output(*attn);
@@ -181,6 +186,34 @@ TEST(FusionRules, TheQkvRopeStoreChainBecomesOneOpAndTheAttnReadsTheRegions) {
       EXPECT_NE(n.op, Op::View) << n.name << ": the q/k/v planes are read by the fused op only";
     }
   }
+}
+
+TEST(FusionRules, TheFusedRopeStoreKeepsTheLlamaRopeConfigAndTheFrequencyFactorsLast) {
+  const BlockWeights w;
+  RopeConfig llama;
+  llama.layout = RopeLayout::Normal;
+  llama.has_freq_factors = true;
+  llama.freq_scale = 0.25f;
+  for (bool norm : {false, true}) {
+    NodeId attn;
+    Graph g = block_graph(w, norm, false, &attn, llama);
+    FusesEverything be;
+    Backend* bks[2] = {&be, nullptr};
+    EXPECT_EQ(run_fusion_pass(g, bks).rope_store, 1);
+    const Node& rs = g.node(g.node(attn).src[0]);
+    ASSERT_EQ(rs.op, Op::QkvBiasRopeStore);
+    EXPECT_TRUE(rs.p.rope == llama);
+    EXPECT_EQ(rs.n_src, norm ? 8 : 6);
+    EXPECT_EQ(g.node(rs.src[rs.n_src - 1]).name, "ff");
+  }
+  // q and k roped differently: no fusion (the fused op has one config).
+  RopeConfig other = llama;
+  other.layout = RopeLayout::Neox;
+  NodeId attn;
+  Graph g = block_graph(w, false, false, &attn, llama, &other);
+  FusesEverything be;
+  Backend* bks[2] = {&be, nullptr};
+  EXPECT_EQ(run_fusion_pass(g, bks).rope_store, 0);
 }
 
 TEST(FusionRules, TheCpuBackendKeepsTheRopesAndKvStores) {

@@ -60,12 +60,12 @@ struct UnsupportedKey {
 
 TEST(ModelChecks, hyper_parameters_that_change_the_maths_are_refused_naming_key_and_value) {
   const UnsupportedKey cases[] = {
-      {"rope.scaling.type yarn",
+      {"rope.scaling.type longrope",  // yarn and linear are implemented (test_rope_scaling.cpp)
        [](gguf::GgufWriter& w) {
-         w.set_string("qwen2.rope.scaling.type", "yarn");
+         w.set_string("qwen2.rope.scaling.type", "longrope");
          w.set_f32("qwen2.rope.scaling.factor", 4.0f);
        },
-       "metadata qwen2.rope.scaling.type = 'yarn' is unsupported"},
+       "metadata qwen2.rope.scaling.type = 'longrope' is unsupported"},
       {"rope.scaling.type bogus", [](gguf::GgufWriter& w) { w.set_string("qwen2.rope.scaling.type", "bogus"); },
        "metadata qwen2.rope.scaling.type = 'bogus' is unsupported"},
       {"expert_count", [](gguf::GgufWriter& w) { w.set_u32("qwen2.expert_count", 8); },

@@ -1,4 +1,5 @@
-// Parity of the CPU engine with llama.cpp's reference logits on the tiny fixture models
+// Parity of the CPU engine with llama.cpp's reference logits on the tiny fixture models (Qwen2,
+// Qwen3, and the llama architecture: Llama-3 and Mistral shapes)
 // (../shared/fixtures/models/README.md): top-1 agreement where the reference margin is clear,
 // top-20 logits and the last-position logits within the "ggml-mimicking" tolerance class (we
 // quantize activations the way ggml-cpu does), and all 32 steps of the greedy continuation
@@ -22,9 +23,14 @@ using nlohmann::json;
 
 // Tolerance class "ggml-mimicking" (fixture README): top-1 must agree where the reference
 // top-1/top-2 margin exceeds 0.5; top-20 max |d| <= 0.5; last-position RMS <= 0.15.
+// These bounds were measured on the Qwen fixtures, whose logits have a std of about 6 (the
+// README's "logit std of about 6"); a rounding flip of one activation block moves a logit by a
+// share of that spread, so for a fixture with wider logits (the llama ones: std ~17, embeddings
+// drawn with std 2) both bounds scale by reference std / kFixtureLogitStd, never below 1x.
 constexpr double kMarginThreshold = 0.5;
 constexpr double kTop20MaxAbs = 0.5;
 constexpr double kLastRms = 0.15;
+constexpr double kFixtureLogitStd = 6.1;  // qwen2-tiny-Q8_0 english, last position
 
 json load_json(const std::filesystem::path& p) {
   std::ifstream f(p);
@@ -76,7 +82,15 @@ TEST_P(FixtureParity, TeacherForcedLogitsMatchLlamaCpp) {
       ++checked;
     }
   }
-  EXPECT_LE(max_top20, kTop20MaxAbs);
+  // The reference's logit spread (last position) sets the scale of the two logit bounds.
+  const auto last = test::read_f32(test::shared_path("fixtures/models/refs/" + ref["last_logits_file"].get<std::string>()));
+  ASSERT_EQ(last.size(), n_vocab);
+  double mean = 0.0, var = 0.0;
+  for (float v : last) mean += v;
+  mean /= static_cast<double>(n_vocab);
+  for (float v : last) var += (v - mean) * (v - mean);
+  const double scale = std::max(1.0, std::sqrt(var / static_cast<double>(n_vocab)) / kFixtureLogitStd);
+  EXPECT_LE(max_top20, kTop20MaxAbs * scale);
   EXPECT_GT(checked, 0);
   // Greedy steps, teacher-forced: step s uses the logits after prompt + s generated tokens.
   const auto& steps = ref["greedy"]["steps"];
@@ -85,8 +99,6 @@ TEST_P(FixtureParity, TeacherForcedLogitsMatchLlamaCpp) {
     EXPECT_EQ(argmax(row(prompt.size() - 1 + s)), steps[s]["token"].get<int32_t>()) << "greedy step " << s;
   }
   // Full last-position logits.
-  const auto last = test::read_f32(test::shared_path("fixtures/models/refs/" + ref["last_logits_file"].get<std::string>()));
-  ASSERT_EQ(last.size(), n_vocab);
   const auto r = row(prompt.size() - 1);
   double ss = 0.0, mx = 0.0;
   for (size_t v = 0; v < n_vocab; ++v) {
@@ -95,11 +107,11 @@ TEST_P(FixtureParity, TeacherForcedLogitsMatchLlamaCpp) {
     mx = std::max(mx, std::abs(d));
   }
   const double rms = std::sqrt(ss / static_cast<double>(n_vocab));
-  EXPECT_LE(rms, kLastRms) << "max |d| " << mx;
+  EXPECT_LE(rms, kLastRms * scale) << "max |d| " << mx;
   RecordProperty("top20_max_abs", std::to_string(max_top20));
   RecordProperty("last_rms", std::to_string(rms));
-  std::printf("[ parity ] %s/%s: top-20 max |d| %.4f, last-position max |d| %.4f, RMS %.4f\n",
-              c.model.c_str(), c.prompt.c_str(), max_top20, mx, rms);
+  std::printf("[ parity ] %s/%s: top-20 max |d| %.4f, last-position max |d| %.4f, RMS %.4f (bounds x%.2f)\n",
+              c.model.c_str(), c.prompt.c_str(), max_top20, mx, rms, scale);
 }
 
 TEST_P(FixtureParity, GreedyMatchesUpToTheFirstNearTieAndEveryStepMatchesTeacherForced) {
@@ -156,7 +168,12 @@ TEST_P(FixtureParity, GreedyMatchesUpToTheFirstNearTieAndEveryStepMatchesTeacher
 INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureParity,
                          ::testing::Values(Case{"qwen2-tiny-Q8_0", "english"}, Case{"qwen2-tiny-Q8_0", "chatml"},
                                            Case{"qwen2-tiny-Q8_0", "mixed"}, Case{"qwen3-tiny-Q4_0", "english"},
-                                           Case{"qwen3-tiny-Q4_0", "chatml"}, Case{"qwen3-tiny-Q4_0", "mixed"}),
+                                           Case{"qwen3-tiny-Q4_0", "chatml"}, Case{"qwen3-tiny-Q4_0", "mixed"},
+                                           // architecture llama: normal RoPE layout, rope_freqs, tied
+                                           // output (llama3); SentencePiece vocab, untied (mistral)
+                                           Case{"llama3-tiny-Q8_0", "english"}, Case{"llama3-tiny-Q8_0", "chat"},
+                                           Case{"llama3-tiny-Q8_0", "mixed"}, Case{"mistral-tiny-Q8_0", "english"},
+                                           Case{"mistral-tiny-Q8_0", "chat"}, Case{"mistral-tiny-Q8_0", "mixed"}),
                          [](const auto& param_info) {
                            std::string s = param_info.param.model + "_" + param_info.param.prompt;
                            std::replace(s.begin(), s.end(), '-', '_');

@@ -76,6 +76,11 @@ TEST(SynthPresets, parameter_counts_match_the_published_models) {
   EXPECT_EQ(find_synth_preset("qwen2", "qwen2.5-7b").n_params(), 7615616512u);
   EXPECT_EQ(find_synth_preset("qwen3", "qwen3-0.6b").n_params(), 596049920u);
   EXPECT_EQ(find_synth_preset("qwen3", "qwen3-8b").n_params(), 8190735360u);
+  // Llama 3.2 1B / 3B, Llama 3.1 8B (plus rope_freqs.weight's head_dim / 2), Mistral 7B v0.3.
+  EXPECT_EQ(find_synth_preset("llama", "llama-3.2-1b").n_params(), 1235814432u);
+  EXPECT_EQ(find_synth_preset("llama", "llama-3.2-3b").n_params(), 3212749888u);
+  EXPECT_EQ(find_synth_preset("llama", "llama-3.1-8b").n_params(), 8030261312u);
+  EXPECT_EQ(find_synth_preset("llama", "mistral-7b-v0.3").n_params(), 7248023552u);
 }
 
 // ../shared/design/ANCHORS.md: file sizes in GiB (3 decimals) of the same models made by
@@ -114,8 +119,8 @@ TEST(SynthPresets, sizes_match_llama_cpp_files_of_the_same_models) {
 TEST(SynthPresets, unknown_names_are_errors_that_list_the_choices) {
   EXPECT_CONTAINS(test::error_of([] { find_synth_preset("qwen2", "qwen9-1b"); }),
                   "unknown preset 'qwen9-1b' for qwen2 (presets: qwen2.5-0.5b, qwen2.5-1.5b");
-  EXPECT_CONTAINS(test::error_of([] { find_synth_preset("llama", "tiny"); }),
-                  "unknown architecture 'llama' (supported: qwen2, qwen3)");
+  EXPECT_CONTAINS(test::error_of([] { find_synth_preset("gpt2", "tiny"); }),
+                  "unknown architecture 'gpt2' (supported: qwen2, qwen3, llama)");
   EXPECT_CONTAINS(test::error_of([] { find_synth_preset("qwen2", "qwen3-8b"); }),
                   "preset 'qwen3-8b' is a qwen3 model, not qwen2");
 }
@@ -403,6 +408,37 @@ TEST_P(SynthForward, tiny_preset_runs_with_spread_logits_and_a_varied_greedy_con
 }
 
 INSTANTIATE_TEST_SUITE_P(Arch, SynthForward, ::testing::Values("qwen2", "qwen3"));
+
+TEST(SynthLlama, tiny_llama_preset_has_the_frequency_factors_and_runs_with_the_spm_vocabulary) {
+  const char* vocab = "fixtures/tokenizer/ggml-vocab-llama-spm.gguf";
+  MINFER_REQUIRE_SHARED(vocab);
+  const ScratchDir scratch;
+  const auto out = scratch.path / "m.gguf";
+  synth_model(options("llama", "tiny", "q8_0", out, 1, 2, test::shared_path(vocab).string()));
+  auto model = Model::load(out.string());
+  const HParams& h = model->hparams();
+  EXPECT_EQ(h.arch, Arch::Llama);
+  EXPECT_FALSE(h.tied_output);
+  ASSERT_TRUE(h.has_rope_freqs);
+  // Llama 3.1's rule at base 500000, head_dim 64, original context 8192, factors 8 / 1 / 4:
+  // pair 0 (wavelength 2 pi) keeps its frequency, pair 31 (wavelength ~1.9e6) is divided by 8.
+  const auto* ff = reinterpret_cast<const float*>(model->weight("rope_freqs.weight").data);
+  EXPECT_EQ(ff[0], 1.0f);
+  EXPECT_EQ(ff[31], 8.0f);
+  for (int i = 1; i < 32; ++i) EXPECT_GE(ff[i], ff[i - 1]) << i;
+  EngineConfig cfg;
+  cfg.n_threads = 2;
+  cfg.n_ctx = 64;
+  cfg.kv_type = TensorType::F32;
+  Engine engine(model, cfg);
+  const auto prompt = model->tokenizer()->encode("The quick brown fox", true, false);
+  EXPECT_EQ(prompt.front(), 1);  // BOS, as the SentencePiece vocabulary asks
+  double logit_std = 0;
+  const auto gen = greedy(engine, prompt, 24, &logit_std);
+  EXPECT_GT(logit_std, 2.0);
+  EXPECT_LT(logit_std, 8.0);
+  EXPECT_GE(std::set<int32_t>(gen.begin(), gen.end()).size(), 12u);
+}
 
 // ---- the command ---------------------------------------------------------------------------
 

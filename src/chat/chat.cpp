@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <string_view>
 
 #include "chat/jinja.h"
 #include "core/error.h"
@@ -87,18 +88,38 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, const
   return render(to_json(messages), opt);
 }
 
+namespace {
+/// `opt` with bos_token / eos_token set from the vocabulary where the caller left them empty
+/// (Llama-3 templates print `bos_token` themselves).
+ChatOptions with_special_texts(ChatOptions opt, const tok::Tokenizer& tk) {
+  if (opt.bos_token.empty() && tk.bos() >= 0) opt.bos_token = std::string(tk.token_text(tk.bos()));
+  if (opt.eos_token.empty() && tk.eos() >= 0) opt.eos_token = std::string(tk.token_text(tk.eos()));
+  return opt;
+}
+}  // namespace
+
 std::vector<int32_t> ChatTemplate::tokenize(const tok::Tokenizer& tk, const nlohmann::ordered_json& messages,
                                             const ChatOptions& opt) const {
-  return tokenize_chat(tk, render_marked(messages, opt));
+  return tokenize_chat(tk, render_marked(messages, with_special_texts(opt, tk)));
 }
 
 std::vector<int32_t> ChatTemplate::tokenize(const tok::Tokenizer& tk, const std::vector<ChatMessage>& messages,
                                             const ChatOptions& opt) const {
-  return tokenize_chat(tk, render_marked(messages, opt));
+  return tokenize_chat(tk, render_marked(messages, with_special_texts(opt, tk)));
 }
 
 std::vector<int32_t> tokenize_chat(const tok::Tokenizer& tk, const RenderedChat& chat, bool add_special) {
-  return tk.encode_with_plain_ranges(chat.text, chat.data, add_special);
+  // A template that prints the BOS text itself (Llama-3's "{{ bos_token }}") gets no second BOS,
+  // as llama.cpp's chat path does; the text must be the template's, not the caller's.
+  bool template_bos = false;
+  if (add_special && tk.add_bos() && tk.bos() >= 0) {
+    const std::string_view bos = tk.token_text(tk.bos());
+    template_bos = !bos.empty() && std::string_view(chat.text).starts_with(bos) &&
+                   (chat.data.empty() || chat.data.front().begin >= bos.size());
+  }
+  std::vector<int32_t> ids = tk.encode_with_plain_ranges(chat.text, chat.data, add_special && !template_bos);
+  if (template_bos && tk.add_eos() && tk.eos() >= 0) ids.push_back(tk.eos());
+  return ids;
 }
 
 RenderedChat render_chatml_marked(const std::vector<ChatMessage>& messages, bool add_generation_prompt) {

@@ -22,14 +22,15 @@ bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
-/// The tensors of a Qwen2 / Qwen3 model (llama.cpp's LLM_TN names; shapes in ggml order, as
-/// models/model.cpp checks them).
+/// The tensors of a Qwen2 / Qwen3 / Llama model (llama.cpp's LLM_TN names; shapes in ggml
+/// order, as models/model.cpp checks them).
 std::vector<SynthTensor> model_tensors(const SynthPreset& p) {
-  const bool qwen2 = p.arch == "qwen2";
+  const bool qwen2 = p.arch == "qwen2", qwen3 = p.arch == "qwen3";
   std::vector<SynthTensor> t;
   t.push_back({"token_embd.weight", {p.n_embd, p.n_vocab}});
   t.push_back({"output_norm.weight", {p.n_embd}});
   if (!p.tied) t.push_back({"output.weight", {p.n_embd, p.n_vocab}});
+  if (p.has_rope_freqs()) t.push_back({"rope_freqs.weight", {p.head_dim / 2}});
   for (int64_t l = 0; l < p.n_layer; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     t.push_back({b + "attn_norm.weight", {p.n_embd}});
@@ -40,7 +41,7 @@ std::vector<SynthTensor> model_tensors(const SynthPreset& p) {
       t.push_back({b + "attn_q.bias", {p.q_dim()}});
       t.push_back({b + "attn_k.bias", {p.kv_dim()}});
       t.push_back({b + "attn_v.bias", {p.kv_dim()}});
-    } else {
+    } else if (qwen3) {
       t.push_back({b + "attn_q_norm.weight", {p.head_dim}});
       t.push_back({b + "attn_k_norm.weight", {p.head_dim}});
     }
@@ -80,9 +81,36 @@ void add_hparams(gguf::GgufWriter& w, const SynthPreset& p, uint64_t seed) {
     w.set_u32(a + ".attention.key_length", static_cast<uint32_t>(p.head_dim));
     w.set_u32(a + ".attention.value_length", static_cast<uint32_t>(p.head_dim));
   }
+  if (p.arch == "llama") {  // llama.cpp's converter writes these for the llama architecture
+    w.set_u32(a + ".vocab_size", static_cast<uint32_t>(p.n_vocab));
+    w.set_u32(a + ".rope.dimension_count", static_cast<uint32_t>(p.head_dim));
+  }
 }
 
 }  // namespace
+
+std::vector<float> llama3_rope_freq_factors(const SynthPreset& p) {
+  // Llama 3.1's frequency rule (Meta's apply_scaling; the config's rope_scaling fields): the
+  // wavelength 2 pi / f of pair i, f = theta^(-2i / head_dim); short wavelengths (below
+  // orig / high) keep f (divisor 1), long ones (above orig / low) get f / factor, and between
+  // them f is blended with smooth = (orig / wavelen - low) / (high - low).
+  std::vector<float> ff(static_cast<size_t>(p.head_dim / 2));
+  const double orig = static_cast<double>(p.rope_orig_ctx);
+  const double low_wavelen = orig / p.rope_low_freq_factor, high_wavelen = orig / p.rope_high_freq_factor;
+  for (size_t i = 0; i < ff.size(); ++i) {
+    const double freq = std::pow(static_cast<double>(p.rope_theta), -2.0 * static_cast<double>(i) / static_cast<double>(p.head_dim));
+    const double wavelen = 2.0 * 3.14159265358979323846 / freq;
+    double divisor = 1.0;
+    if (wavelen > low_wavelen) {
+      divisor = p.rope_factor;
+    } else if (wavelen >= high_wavelen) {
+      const double smooth = (orig / wavelen - p.rope_low_freq_factor) / (p.rope_high_freq_factor - p.rope_low_freq_factor);
+      divisor = 1.0 / ((1.0 - smooth) / p.rope_factor + smooth);
+    }
+    ff[i] = static_cast<float>(divisor);
+  }
+  return ff;
+}
 
 SynthScale synth_scale(std::string_view name, int64_t ne0, int64_t n_embd) {
   if (name == "token_embd.weight" || name == "output.weight")
@@ -160,6 +188,8 @@ SynthReport synth_model(const SynthOptions& opt) {
       for (int64_t c = 0; c < n; ++c)
         dst[c] = sc.mean + sc.std * normal_like(counter_hash(key, base + static_cast<uint64_t>(c)));
     };
+    if (s.name == "rope_freqs.weight")  // not random: the preset's frequency factors
+      j.rows = [ff = llama3_rope_freq_factors(p)](int64_t, float* dst) { std::copy(ff.begin(), ff.end(), dst); };
     j.distinct_rows = opt.distinct_rows;
     j.repeat_key = splitmix64_mix(key);
     int64_t el = 1;

@@ -14,7 +14,7 @@
 namespace minfer::convert {
 
 struct SynthOptions {
-  std::string arch;    ///< "qwen2" / "qwen3"
+  std::string arch;    ///< "qwen2" / "qwen3" / "llama"
   std::string preset;  ///< synth_presets() name
   std::string vocab;   ///< GGUF or tokenizer.json with the tokenizer (synth_vocab.h)
   std::string output;  ///< GGUF file to write (via a temporary file beside it)
@@ -83,6 +83,12 @@ struct SynthScale {
   float std;
 };
 SynthScale synth_scale(std::string_view name, int64_t ne0, int64_t n_embd);
+
+/// The rope_freqs.weight of a preset with Llama-3.1 rope scaling (SynthPreset::rope_factor > 0):
+/// head_dim / 2 divisors of the pairs' frequencies, by Meta's rule (the config's factor,
+/// low_freq_factor, high_freq_factor and original_max_position_embeddings): 1 for wavelengths
+/// below orig / high, factor above orig / low, a smooth blend between.
+std::vector<float> llama3_rope_freq_factors(const SynthPreset& p);
 
 /// One tensor of a synth model: name, shape (ggml order) and the mix policy's choice.
 struct SynthTensor {

@@ -1,7 +1,8 @@
-// RMS norm (per row and per head) and rotary position embedding (neox layout).
+// RMS norm (per row and per head) and rotary position embedding (neox and normal layouts).
 #include <cmath>
 
 #include "cpu/kernels.h"
+#include "graph/rope_math.h"
 
 namespace minfer::cpu {
 namespace {
@@ -41,25 +42,33 @@ void op_qk_norm(const OpContext& c, const Node& n, float* out) {
   });
 }
 
-// NEOX rotation (Qwen2/Qwen3, GGUF rope type NEOX): within each head, dimension i is rotated
-// with dimension i + n_rot/2 by the angle pos * base^(-2i/n_rot). The angles are computed as
-// a running product theta_{i+1} = theta_i * base^(-2/n_rot), in float, as ggml does.
+// Rotary embedding. Within each head, rotation pair i < n_rot/2 is (i, i + n_rot/2) in the NEOX
+// layout (Qwen2/Qwen3) and (2i, 2i + 1) in the normal layout (Llama, Mistral); its angle is
+// rope_angle(pos * base^(-2i/n_rot), i, ...) (graph/rope_math.h: frequency factors, linear and
+// YaRN scaling). theta_base is a running product theta_{i+1} = theta_i * base^(-2/n_rot), in
+// float, as ggml computes it; dimensions >= n_rot are copied.
 void op_rope(const OpContext& c, const Node& n, float* out) {
   const float* x = c.src(n, 0);
   const int32_t* pos = c.src<int32_t>(n, 1);
+  const graph::RopeConfig& cfg = n.p.rope;
+  const float* ff = cfg.has_freq_factors ? c.src(n, 2) : nullptr;
   const int64_t hd = n.p.head_dim;
   const int64_t n_rot = n.p.n_rot;
   const int64_t half = n_rot / 2;
   const int64_t n_head = n.ne[0] / hd;
   const int64_t n_tok = n.ne[1];
+  const bool neox = cfg.layout == graph::RopeLayout::Neox;
+  // Element offsets of the two members of pair i.
+  const int64_t stride = neox ? 1 : 2, other = neox ? half : 1;
   const float theta_scale = std::pow(n.p.rope_theta, -2.0f / static_cast<float>(n_rot));
   c.pool.parallel_for(n_tok, 1, [&](int64_t t0, int64_t t1, int) {
     std::vector<float> cs(static_cast<size_t>(n_rot));
     for (int64_t t = t0; t < t1; ++t) {
       float theta = static_cast<float>(pos[t]);
       for (int64_t i = 0; i < half; ++i) {
-        cs[static_cast<size_t>(2 * i)] = std::cos(theta);
-        cs[static_cast<size_t>(2 * i + 1)] = std::sin(theta);
+        const float th = graph::rope_angle(theta, i, ff ? ff[i] : 1.0f, cfg);
+        cs[static_cast<size_t>(2 * i)] = std::cos(th) * cfg.mscale;
+        cs[static_cast<size_t>(2 * i + 1)] = std::sin(th) * cfg.mscale;
         theta *= theta_scale;
       }
       for (int64_t h = 0; h < n_head; ++h) {
@@ -67,9 +76,10 @@ void op_rope(const OpContext& c, const Node& n, float* out) {
         float* dst = out + (t * n_head + h) * hd;
         for (int64_t i = 0; i < half; ++i) {
           const float cos_t = cs[static_cast<size_t>(2 * i)], sin_t = cs[static_cast<size_t>(2 * i + 1)];
-          const float x0 = src[i], x1 = src[i + half];
-          dst[i] = x0 * cos_t - x1 * sin_t;
-          dst[i + half] = x0 * sin_t + x1 * cos_t;
+          const int64_t a = i * stride, b = a + other;
+          const float x0 = src[a], x1 = src[b];
+          dst[a] = x0 * cos_t - x1 * sin_t;
+          dst[b] = x0 * sin_t + x1 * cos_t;
         }
         for (int64_t i = n_rot; i < hd; ++i) dst[i] = src[i];
       }

@@ -128,6 +128,7 @@ std::string CudaBackend::unsupported_reason(const Graph& g, const Node& n) const
       return check_f32_sources(g, n, {0, 1});
     case Op::Rope:
       if (n.p.n_rot > kMaxRopeDims) return fmt::format("n_rot {} exceeds {}", n.p.n_rot, kMaxRopeDims);
+      if (n.p.rope.has_freq_factors) return check_f32_sources(g, n, {0, 2});
       return check_f32_sources(g, n, {0});
     case Op::MatMul:
     case Op::MatMulAdd: {
@@ -164,6 +165,8 @@ std::string CudaBackend::unsupported_reason(const Graph& g, const Node& n) const
       if (const char* why = rope_store_unsupported(n.p.head_dim, n.p.n_rot, kt); *why != '\0') return why;
       if (src(g, n, 0).ne[1] > kRopeStoreMaxTokens)
         return fmt::format("{} tokens exceed the {} a launch takes", src(g, n, 0).ne[1], kRopeStoreMaxTokens);
+      if (n.p.rope.has_freq_factors)
+        if (auto r = check_f32_sources(g, n, {n.n_src - 1}); !r.empty()) return r;
       if (n.p.has_qk_norm) return check_f32_sources(g, n, {0, 5, 6});
       return check_f32_sources(g, n, {0});
     }
@@ -299,8 +302,9 @@ void op_rope(const OpArgs& a) {
   const int64_t hd = a.n.p.head_dim, n_rot = a.n.p.n_rot;
   // The CPU's expression (src/cpu/kernels_norm_rope.cpp), evaluated here on the host.
   const float theta_scale = std::pow(a.n.p.rope_theta, -2.0f / static_cast<float>(n_rot));
-  launched(rope_neox(a.in(0), a.in<int32_t>(1), a.out(), hd, a.n.ne[0] / hd, a.n.ne[1], n_rot,
-                     theta_scale, a.stream), a);
+  const float* ff = a.n.p.rope.has_freq_factors ? a.in(2) : nullptr;
+  launched(rope(a.in(0), a.in<int32_t>(1), a.out(), hd, a.n.ne[0] / hd, a.n.ne[1], n_rot, theta_scale, a.n.p.rope,
+                ff, a.stream), a);
 }
 void op_batch_matmul(const OpArgs& a) {
   launched(batch_matmul_f32(a.in(0), a.in(1), a.out(), a.s(0).ne[0], a.s(0).ne[1], a.s(1).ne[1],
@@ -317,7 +321,8 @@ void op_kv_store(const OpArgs& a) {
   launched(kv_store(r.type, a.in(0), a.in<int32_t>(2), d, a.s(0).ne[1], a.in<void>(1),
                     row_bytes(r.type, d), r.ne[1], a.fault, a.stream), a);
 }
-// srcs: qkv (planar FusedQKV output), K region, V region, pos, cells [, q_norm, k_norm].
+// srcs: qkv (planar FusedQKV output), K region, V region, pos, cells [, q_norm, k_norm]
+// [, freq factors (last)].
 void op_rope_store(const OpArgs& a) {
   const Node& kr = a.s(1);
   RopeStoreArgs r;
@@ -329,6 +334,8 @@ void op_rope_store(const OpArgs& a) {
   r.n_rot = a.n.p.n_rot;
   // The CPU's expression (src/cpu/kernels_norm_rope.cpp), as op_rope evaluates it.
   r.theta_scale = std::pow(a.n.p.rope_theta, -2.0f / static_cast<float>(a.n.p.n_rot));
+  r.rope = a.n.p.rope;
+  if (a.n.p.rope.has_freq_factors) r.freq_factors = a.in(a.n.n_src - 1);
   r.pos = a.in<int32_t>(3);
   r.cells = a.in<int32_t>(4);
   if (a.n.p.has_qk_norm) {

@@ -7,7 +7,7 @@
 namespace minfer {
 
 PerplexityResult perplexity(Engine& engine, std::span<const int32_t> tokens, int64_t n_ctx, int64_t max_chunks,
-                            const std::function<void(int64_t, double)>& on_chunk) {
+                            const std::function<void(int64_t, double)>& on_chunk, int32_t bos) {
   if (n_ctx < 4) fail("perplexity: context {} is too small", n_ctx);
   if (n_ctx > engine.n_ctx()) fail("perplexity: chunk size {} exceeds the engine context {}", n_ctx, engine.n_ctx());
   int64_t n_chunks = static_cast<int64_t>(tokens.size()) / n_ctx;
@@ -19,7 +19,9 @@ PerplexityResult perplexity(Engine& engine, std::span<const int32_t> tokens, int
   double nll_sum = 0.0, nll2_sum = 0.0;
   for (int64_t c = 0; c < n_chunks; ++c) {
     engine.reset();
-    const auto chunk = tokens.subspan(static_cast<size_t>(c * n_ctx), static_cast<size_t>(n_ctx));
+    const auto span = tokens.subspan(static_cast<size_t>(c * n_ctx), static_cast<size_t>(n_ctx));
+    std::vector<int32_t> chunk(span.begin(), span.end());
+    if (bos >= 0) chunk[0] = bos;
     Batch b = Batch::sequence(chunk, 0, 0, false);
     for (int64_t i = first; i < n_ctx - 1; ++i) b.logits[static_cast<size_t>(i)] = 1;
     b.logits.back() = 0;

@@ -249,7 +249,8 @@ int fuse_rope_store(Graph& g, Backend* const backends[2]) {
     const NodeId rk_id = sk.src[0];
     const Node& rk = g.node(rk_id);
     if (rk.op != Op::Rope || !only(rk_id, sk_id) || rk.src[1] != rq.src[1] || rk.p.head_dim != rq.p.head_dim ||
-        rk.p.n_rot != rq.p.n_rot || rk.p.rope_theta != rq.p.rope_theta)
+        rk.p.n_rot != rq.p.n_rot || rk.p.rope_theta != rq.p.rope_theta || !(rk.p.rope == rq.p.rope) ||
+        (rq.p.rope.has_freq_factors && rk.src[2] != rq.src[2]))
       continue;
     std::vector<NodeId> chain;
     NodeId nq = kNoNode, nk = kNoNode;
@@ -291,6 +292,7 @@ int fuse_rope_store(Graph& g, Backend* const backends[2]) {
     r.p.head_dim = static_cast<int32_t>(hd);
     r.p.n_rot = rq.p.n_rot;
     r.p.rope_theta = rq.p.rope_theta;
+    r.p.rope = rq.p.rope;
     r.p.n_head = static_cast<int32_t>(dq / hd);
     r.p.n_head_kv = static_cast<int32_t>(dk / hd);
     if (nq != kNoNode) {
@@ -300,6 +302,7 @@ int fuse_rope_store(Graph& g, Backend* const backends[2]) {
       r.p.eps = g.node(nq).p.eps;
       r.p.has_qk_norm = true;
     }
+    if (rq.p.rope.has_freq_factors) r.src[r.n_src++] = rq.src[2];  // always the last source
     for (NodeId id : chain) g.node(id).dead = true;
     g.node(rk_id).dead = g.node(sk_id).dead = g.node(sv_id).dead = true;
     at.src[1] = kreg;

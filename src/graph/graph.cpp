@@ -1,6 +1,7 @@
 #include "graph/graph.h"
 
 #include <atomic>
+#include <cmath>
 
 #include "core/error.h"
 #include "quant/quant.h"
@@ -232,7 +233,7 @@ NodeId Graph::matmul(NodeId w, NodeId x, std::string name) {
 }
 
 NodeId Graph::rope(NodeId a, NodeId pos, int32_t head_dim, int32_t n_rot, float theta,
-                   std::string name) {
+                   std::string name, RopeConfig cfg, NodeId freq_factors) {
   const Node& na = src_node(a, name);
   const Node& np = src_node(pos, name);
   if (head_dim <= 0 || na.ne[0] % head_dim != 0 || n_rot <= 0 || n_rot > head_dim || n_rot % 2)
@@ -248,6 +249,19 @@ NodeId Graph::rope(NodeId a, NodeId pos, int32_t head_dim, int32_t n_rot, float 
   n.p.head_dim = head_dim;
   n.p.n_rot = n_rot;
   n.p.rope_theta = theta;
+  cfg.has_freq_factors = freq_factors != kNoNode;
+  if (cfg.has_freq_factors) {
+    const Node& nf = src_node(freq_factors, name);
+    if (nf.type != TensorType::F32 || nf.n_elements() != n_rot / 2)
+      fail("node {}: frequency factors {} must be f32 [{}] (n_rot / 2), not {} elements", name, nf.name,
+           n_rot / 2, nf.n_elements());
+    n.src[2] = freq_factors;
+    n.n_src = 3;
+  }
+  if (!(cfg.freq_scale > 0.0f) || !std::isfinite(cfg.mscale) || !(cfg.ext_factor >= 0.0f))
+    fail("node {}: bad rope scaling (freq_scale {}, ext_factor {}, mscale {})", name, cfg.freq_scale,
+         cfg.ext_factor, cfg.mscale);
+  n.p.rope = cfg;
   n.name = std::move(name);
   return push(std::move(n));
 }

@@ -12,6 +12,7 @@
 
 #include "core/types.h"
 #include "graph/op.h"
+#include "graph/rope_math.h"
 
 namespace minfer::graph {
 
@@ -65,9 +66,10 @@ enum class InputKind : uint8_t {
 //   MatMulAdd  W [k, m], x [k, n], r [m, n]: r + W^T x (the Add(r, MatMul(W, x)) it replaces;
 //              r and the product have the same shape, no broadcast).
 //   QkvBiasRopeStore  qkv (a FusedQKV output, biases already added), K region, V region,
-//              pos [n] (i32), cells [n] (i32) [, q_norm w, k_norm w (p.has_qk_norm)]: per token,
+//              pos [n] (i32), cells [n] (i32) [, q_norm w, k_norm w (p.has_qk_norm)]
+//              [, freq factors f32 [n_rot/2] (p.rope.has_freq_factors), always last]: per token,
 //              the q and k heads (QkNorm with p.eps first when has_qk_norm), Rope (p.head_dim,
-//              p.n_rot, p.rope_theta) of q and k, K and V rows stored at cells[t] (KvcacheStore);
+//              p.n_rot, p.rope_theta, p.rope) of q and k, K and V rows stored at cells[t] (KvcacheStore);
 //              output: the rotated q [p.n_head * head_dim, n]. Heads: p.n_head q, p.n_head_kv
 //              k and v. The Attn that read the stores reads the regions directly afterwards
 //              (ordered after this node through q).
@@ -78,6 +80,7 @@ struct NodeParams {
   float scale = 1.0f;        ///< Scale, Softmax, Attn (usually 1/sqrt(head_dim))
   float rope_theta = 0.0f;   ///< Rope, QkvBiasRopeStore: frequency base
   int32_t n_rot = 0;         ///< Rope: rotated dims per head (= head_dim for Qwen)
+  RopeConfig rope;           ///< Rope, QkvBiasRopeStore: layout, scaling, freq factors (rope_math.h)
   int32_t n_head = 0;        ///< Attn, FusedQKV...: query heads
   int32_t n_head_kv = 0;     ///< Attn...: KV heads (GQA: n_head % n_head_kv == 0)
   int32_t head_dim = 0;
@@ -142,8 +145,11 @@ class Graph {
   /// a [head_dim * n_head, n] viewed as heads; w [head_dim].
   NodeId qk_norm(NodeId a, NodeId w, int32_t head_dim, float eps, std::string name);
   NodeId matmul(NodeId w, NodeId x, std::string name);
-  /// a [head_dim * n_head, n]; pos i32 [n]; neox rotation of the first n_rot dims of each head.
-  NodeId rope(NodeId a, NodeId pos, int32_t head_dim, int32_t n_rot, float theta, std::string name);
+  /// a [head_dim * n_head, n]; pos i32 [n]; rotation of the first n_rot dims of each head in
+  /// cfg.layout, angles by rope_math.h. `freq_factors`: a f32 [n_rot / 2] node of frequency
+  /// divisors (Llama-3.1 rope_freqs.weight) or kNoNode; it sets cfg.has_freq_factors.
+  NodeId rope(NodeId a, NodeId pos, int32_t head_dim, int32_t n_rot, float theta, std::string name,
+              RopeConfig cfg = {}, NodeId freq_factors = kNoNode);
 
   // ---- attention and KV ----
   /// Causal GQA attention of q [head_dim * n_head, n] over cells [0, n_kv) of the K and V

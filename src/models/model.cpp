@@ -67,8 +67,14 @@ void Model::read_hparams() {
   } else if (arch == "qwen3") {
     hp_.arch = Arch::Qwen3;
     hp_.has_qk_norm = true;
+  } else if (arch == "llama") {
+    // llama.cpp's LLM_ARCH_LLAMA: rope type NORM (adjacent pairs); biases are optional there
+    // (TENSOR_NOT_REQUIRED), present in a few fine-tunes.
+    hp_.arch = Arch::Llama;
+    hp_.rope.layout = graph::RopeLayout::Normal;
+    hp_.has_qkv_bias = find_weight("blk.0.attn_q.bias") != nullptr;
   } else {
-    fail("{}: architecture '{}' is not supported (supported: qwen2, qwen3)", f.path(), arch);
+    fail("{}: architecture '{}' is not supported (supported: qwen2, qwen3, llama)", f.path(), arch);
   }
   if (auto name = f.get_string("general.name")) hp_.name = std::string(*name);
   const auto key = [&](const char* suffix) { return hp_.arch_name + "." + suffix; };
@@ -100,6 +106,8 @@ void Model::read_hparams() {
   if (!(hp_.rms_eps > 0.0f) || !(hp_.rms_eps < 1.0f))
     fail("{}: {} = {} is out of range", f.path(), key("attention.layer_norm_rms_epsilon"), hp_.rms_eps);
   check_unsupported_hparams();
+  read_rope_scaling();
+  hp_.has_rope_freqs = find_weight("rope_freqs.weight") != nullptr;
   const graph::WeightTensor& embd = weight("token_embd.weight");
   hp_.n_vocab = embd.ne[1];
   hp_.tied_output = find_weight("output.weight") == nullptr;
@@ -112,8 +120,8 @@ void Model::check_unsupported_hparams() const {
   // one is refused rather than run with different maths.
   const gguf::GgufFile& f = *file_;
   const auto key = [&](const char* suffix) { return hp_.arch_name + "." + suffix; };
-  if (auto v = f.get_string(key("rope.scaling.type")); v && *v != "none")
-    fail("{}: metadata {} = '{}' is unsupported (minfer implements unscaled RoPE only)", f.path(),
+  if (auto v = f.get_string(key("rope.scaling.type")); v && *v != "none" && *v != "linear" && *v != "yarn")
+    fail("{}: metadata {} = '{}' is unsupported (minfer implements none, linear and yarn)", f.path(),
          key("rope.scaling.type"), *v);
   if (auto v = f.get_u32(key("expert_count")); v && *v > 0)
     fail("{}: metadata {} = {} is unsupported (mixture-of-experts models are not implemented)", f.path(),
@@ -121,6 +129,53 @@ void Model::check_unsupported_hparams() const {
   if (auto v = f.get_u32(key("attention.sliding_window")); v && *v > 0 && *v < hp_.n_ctx_train)
     fail("{}: metadata {} = {} is unsupported (sliding-window attention is not implemented; the training "
          "context is {})", f.path(), key("attention.sliding_window"), *v, hp_.n_ctx_train);
+}
+
+void Model::read_rope_scaling() {
+  // Key names: llama.cpp src/llama-arch.cpp (LLM_KV_ROPE_SCALE_LINEAR, LLM_KV_ROPE_SCALING_*).
+  const gguf::GgufFile& f = *file_;
+  const auto key = [&](const char* suffix) { return hp_.arch_name + "." + suffix; };
+  const auto number = [&](const std::string& k, float def, float lo, float hi) {
+    const float v = f.get_f32(k).value_or(def);
+    if (!(v >= lo && v <= hi))
+      fail("{}: metadata {} = {} is out of range ({}..{})", f.path(), k, v, lo, hi);
+    return v;
+  };
+  std::string type(f.get_string(key("rope.scaling.type")).value_or(""));
+  float factor = number(key("rope.scaling.factor"), 0.0f, 0.0f, 1e6f);
+  if (type.empty()) {  // older files: rope.scale_linear alone means linear scaling
+    const float linear = number(key("rope.scale_linear"), 0.0f, 0.0f, 1e6f);
+    type = linear != 0.0f && linear != 1.0f ? "linear" : "none";
+    if (type == "linear") factor = linear;
+  }
+  hp_.rope_scaling = type;
+  if (type == "none") return;
+  // llama.cpp: freq_scale = 1 / factor, and a factor of 0 means no scaling.
+  if (factor == 0.0f) factor = 1.0f;
+  if (factor < 1.0f)
+    fail("{}: metadata {} = {} is out of range (a {} scaling factor must be >= 1)", f.path(),
+         key("rope.scaling.factor"), factor, type);
+  hp_.rope.freq_scale = 1.0f / factor;
+  if (type != "yarn") return;
+  int64_t n_ctx_orig = hp_.n_ctx_train;
+  if (auto v = f.get_u32(key("rope.scaling.original_context_length"))) {
+    if (*v == 0 || *v > (1u << 30))
+      fail("{}: metadata {} = {} is out of range (1..{})", f.path(), key("rope.scaling.original_context_length"),
+           *v, 1u << 30);
+    n_ctx_orig = *v;
+  }
+  // Defaults: arXiv:2309.00071 section 3.2 (alpha = 1, beta = 32 for Llama) and section 3.4
+  // (the temperature's 0.1 ln(s) + 1; attn_factor multiplies it, 1 unless the file says).
+  const float beta_fast = number(key("rope.scaling.yarn_beta_fast"), 32.0f, 1e-3f, 1e4f);
+  const float beta_slow = number(key("rope.scaling.yarn_beta_slow"), 1.0f, 1e-3f, 1e4f);
+  const float attn_factor = number(key("rope.scaling.attn_factor"), 1.0f, 1e-3f, 1e3f);
+  if (!(beta_fast > beta_slow))
+    fail("{}: metadata {} = {} must exceed {} = {}", f.path(), key("rope.scaling.yarn_beta_fast"), beta_fast,
+         key("rope.scaling.yarn_beta_slow"), beta_slow);
+  hp_.rope.ext_factor = 1.0f;
+  hp_.rope.mscale = attn_factor * (1.0f + 0.1f * std::log(1.0f / hp_.rope.freq_scale));
+  graph::rope_yarn_corr_dims(hp_.n_rot, n_ctx_orig, hp_.rope_theta, beta_fast, beta_slow, &hp_.rope.corr_low,
+                             &hp_.rope.corr_high);
 }
 
 const graph::WeightTensor* Model::find_weight(const std::string& name) const {
@@ -158,6 +213,7 @@ void Model::check_tensors() const {
   };
   expect("token_embd.weight", {h.n_embd, h.n_vocab}, true);
   expect("output_norm.weight", {h.n_embd}, false);
+  if (h.has_rope_freqs) expect("rope_freqs.weight", {h.n_rot / 2}, false);
   if (!h.tied_output) expect("output.weight", {h.n_embd, h.n_vocab}, true);
   for (int64_t l = 0; l < h.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";

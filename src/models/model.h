@@ -1,6 +1,7 @@
 // A loaded model: hyper-parameters from GGUF metadata, weights used in place from the mapped
-// file, and the tokenizer. Qwen2 and Qwen3 differ only in data (flags and tensor names), so one
-// loader and one graph builder serve both.
+// file, and the tokenizer. Qwen2, Qwen3 and Llama (Llama 2/3.x, Mistral) differ only in data
+// (flags, tensor names, the RoPE layout and scaling), so one loader and one graph builder serve
+// them all.
 #pragma once
 
 #include <map>
@@ -13,14 +14,16 @@
 
 namespace minfer {
 
-enum class Arch { Qwen2, Qwen3 };
+enum class Arch { Qwen2, Qwen3, Llama };
 
 /// Hyper-parameters, read from the GGUF keys "<arch>.*" (llama.cpp's names, e.g.
-/// qwen2.embedding_length). Qwen2 config: q/k/v biases, no q/k norm; Qwen3 config: q/k RMS
-/// norm, explicit head dim (key_length), no biases.
+/// qwen2.embedding_length). Qwen2 config: q/k/v biases, no q/k norm, NEOX RoPE; Qwen3 config:
+/// q/k RMS norm, explicit head dim (key_length), no biases, NEOX RoPE; Llama config: no biases
+/// (q/k/v biases when the file has them), no q/k norm, RoPE in the normal layout, optional
+/// rope_freqs.weight (Llama 3.1 frequency factors).
 struct HParams {
   Arch arch = Arch::Qwen2;
-  std::string arch_name;        ///< "qwen2" / "qwen3"
+  std::string arch_name;        ///< "qwen2" / "qwen3" / "llama"
   std::string name;             ///< general.name when present
   int64_t n_vocab = 0;          ///< rows of token_embd
   int64_t n_embd = 0;
@@ -32,6 +35,12 @@ struct HParams {
   int64_t n_ctx_train = 0;
   int64_t n_rot = 0;            ///< rope.dimension_count, or head_dim
   float rope_theta = 10000.0f;
+  /// Layout and scaling of RoPE (graph/rope_math.h): the layout from the architecture,
+  /// freq_scale / YaRN fields from <arch>.rope.scaling.{type, factor, original_context_length,
+  /// attn_factor, yarn_beta_fast, yarn_beta_slow} (or the older rope.scale_linear).
+  graph::RopeConfig rope;
+  std::string rope_scaling = "none";  ///< "none", "linear" or "yarn"
+  bool has_rope_freqs = false;  ///< rope_freqs.weight f32 [n_rot / 2]: frequency divisors
   float rms_eps = 1e-6f;
   bool has_qkv_bias = false;
   bool has_qk_norm = false;
@@ -83,8 +92,12 @@ class Model {
   Model() = default;
   void read_hparams();
   /// Throws minfer::Error naming the key and value when the metadata asks for maths minfer
-  /// does not implement (RoPE scaling, experts, sliding-window attention).
+  /// does not implement (RoPE scaling other than linear and YaRN, experts, sliding-window
+  /// attention).
   void check_unsupported_hparams() const;
+  /// Reads <arch>.rope.scaling.* into hp_.rope (YaRN: rope_math.h). Throws minfer::Error naming
+  /// the key and value for an unknown type or an out-of-range number.
+  void read_rope_scaling();
   void index_weights();
   void check_tensors() const;
   /// Throws minfer::Error naming the first tensors (and their count) that check_tensors did not

@@ -76,6 +76,12 @@ Graph build_model_graph(const Model& model, const graph::GraphParams& gp, int64_
 
   const float kq_scale = 1.0f / std::sqrt(static_cast<float>(h.head_dim));
   const auto rope_theta = h.rope_theta;
+  // Llama 3.1: one f32 [n_rot / 2] tensor of frequency divisors shared by every layer.
+  const NodeId rope_freqs = h.has_rope_freqs ? g.weight(model.weight("rope_freqs.weight")) : graph::kNoNode;
+  const auto rope = [&](NodeId t, const std::string& name) {
+    return g.rope(t, in.positions, static_cast<int32_t>(h.head_dim), static_cast<int32_t>(h.n_rot), rope_theta,
+                  name, h.rope, rope_freqs);
+  };
 
   // x = embd[tokens]                                               [n_embd, nt]
   NodeId x = g.get_rows(g.weight(model.weight("token_embd.weight")), in.tokens, "inp_embd");
@@ -95,8 +101,8 @@ Graph build_model_graph(const Model& model, const graph::GraphParams& gp, int64_
       q = g.qk_norm(q, w.q_norm, static_cast<int32_t>(h.head_dim), h.rms_eps, p + "attn_q_norm");
       k = g.qk_norm(k, w.k_norm, static_cast<int32_t>(h.head_dim), h.rms_eps, p + "attn_k_norm");
     }
-    q = g.rope(q, in.positions, static_cast<int32_t>(h.head_dim), static_cast<int32_t>(h.n_rot), rope_theta, p + "rope_q");
-    k = g.rope(k, in.positions, static_cast<int32_t>(h.head_dim), static_cast<int32_t>(h.n_rot), rope_theta, p + "rope_k");
+    q = rope(q, p + "rope_q");                                                 // h.rope: layout, scaling
+    k = rope(k, p + "rope_k");
     const NodeId k_cache = g.kv_store(k, k_region, in.kv_cells, p + "store_k");
     const NodeId v_cache = g.kv_store(v, v_region, in.kv_cells, p + "store_v");
     NodeId a = g.attn(q, k_cache, v_cache, in.positions, in.seq_ids, in.kv_pos, in.kv_seq,

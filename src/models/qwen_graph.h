@@ -1,5 +1,6 @@
-// The Qwen2 / Qwen3 decoder as a compute graph. One builder serves both: the architecture
-// differences (q/k/v biases, q/k RMS norm, tied output) are flags in HParams.
+// The Qwen2 / Qwen3 / Llama decoder as a compute graph. One builder serves all three: the
+// architecture differences (q/k/v biases, q/k RMS norm, tied output, the RoPE layout, scaling
+// and frequency factors) are data in HParams.
 #pragma once
 
 #include "graph/graph.h"

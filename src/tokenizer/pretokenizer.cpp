@@ -33,6 +33,17 @@ constexpr const char* kQwen35 =
     "|[" MINFER_WS "]+(?![^" MINFER_WS "])"
     "|[" MINFER_WS "]+";
 
+// Llama-3 (tokenizer.json of Meta-Llama-3 / 3.1 / 3.2, llama.cpp's LLAMA_VOCAB_PRE_TYPE_LLAMA3):
+// Qwen2's pattern with digits taken in runs of up to three (\p{N}{1,3}).
+constexpr const char* kLlama3 =
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+    "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+"
+    "|\\p{N}{1,3}"
+    "| ?[^" MINFER_WS "\\p{L}\\p{N}]+[\\r\\n]*"
+    "|[" MINFER_WS "]*[\\r\\n]+"
+    "|[" MINFER_WS "]+(?![^" MINFER_WS "])"
+    "|[" MINFER_WS "]+";
+
 #undef MINFER_WS
 
 std::string pcre2_message(int code) {
@@ -75,6 +86,8 @@ const char* pre_tokenizer_pattern(PreTokenizer kind) {
   switch (kind) {
     case PreTokenizer::Qwen2: return kQwen2;
     case PreTokenizer::Qwen35: return kQwen35;
+    case PreTokenizer::Llama3: return kLlama3;
+    case PreTokenizer::None: break;
   }
   return kQwen2;
 }
@@ -82,6 +95,7 @@ const char* pre_tokenizer_pattern(PreTokenizer kind) {
 PreTokenizerRegex::PreTokenizerRegex(PreTokenizer kind) : kind_(kind) {
   int err = 0;
   PCRE2_SIZE err_off = 0;
+  if (kind == PreTokenizer::None) fail("pre-tokenizer: a SentencePiece vocabulary has no regex");
   const char* pattern = pre_tokenizer_pattern(kind);
   pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern), PCRE2_ZERO_TERMINATED,
                                    PCRE2_UTF | PCRE2_UCP, &err, &err_off, nullptr);

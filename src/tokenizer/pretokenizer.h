@@ -14,7 +14,8 @@ namespace minfer::tok {
 /// with two faithful rewrites, both matching llama.cpp 80fb11ac (src/llama-vocab.cpp,
 /// src/unicode.cpp): the contractions are spelled with ASCII classes ('[sS] ...) because a
 /// Unicode caseless 's' would also match U+017F; and \s / \S become the Unicode White_Space set
-/// [\t\n\x0B\f\r\x{85}\p{Z}] because PCRE2's UCP \s also matches U+180E.
+/// [\t\n\x0B\f\r\x{85}\p{Z}] because PCRE2's UCP \s also matches U+180E. Llama-3's pattern
+/// differs from Qwen2's only in \p{N}{1,3} for \p{N}, and gets the same rewrites.
 const char* pre_tokenizer_pattern(PreTokenizer kind);
 
 /// Compiled pre-tokenizer regex. Thread-safe: split() may be called concurrently.

@@ -7,6 +7,7 @@
 #include "tokenizer/byte_level.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/special_tokens.h"
+#include "tokenizer/spm.h"
 #include "tokenizer/token_index.h"
 #include "tokenizer/utf8.h"
 
@@ -50,19 +51,29 @@ struct Tokenizer::Impl {
   std::vector<bool> eog;
   std::vector<int32_t> eog_list;
   std::vector<bool> special_only;  // pieces rendered only when render_special (Control, Unknown)
-  std::unique_ptr<BpeModel> bpe;
+  std::unique_ptr<BpeModel> bpe;  // byte-level BPE ("gpt2") vocabularies
+  std::unique_ptr<SpmModel> spm;  // SentencePiece ("llama") vocabularies
+  bool ignore_merges = false;     // Llama-3: a word that is a token is emitted whole
   std::unique_ptr<PreTokenizerRegex> regex;
   std::unique_ptr<SpecialTokenMatcher> specials;
 
   explicit Impl(VocabData d) : data(std::move(d)) {
     validate_vocab(data);
-    pre = pre_tokenizer_from_name(data.pre, data.source);
+    pre = is_spm(data) ? PreTokenizer::None : pre_tokenizer_from_name(data.pre, data.source);
+    // llama.cpp 80fb11ac sets ignore_merges for LLAMA_VOCAB_PRE_TYPE_LLAMA3 (as the Llama-3
+    // tokenizer.json's "ignore_merges": true).
+    ignore_merges = pre == PreTokenizer::Llama3;
     const size_t n = data.tokens.size();
     token_to_id.reset(n);
     for (size_t i = 0; i < n; ++i) (void)token_to_id.insert(data.tokens, static_cast<int32_t>(i));
-    // The merge table replaces the merge texts; free them before the pieces are built.
-    bpe = std::make_unique<BpeModel>(data, token_to_id);
-    data.merges.clear();
+    if (is_spm(data)) {
+      spm = std::make_unique<SpmModel>(data, token_to_id);
+      std::vector<float>().swap(data.scores);
+    } else {
+      // The merge table replaces the merge texts; free them before the pieces are built.
+      bpe = std::make_unique<BpeModel>(data, token_to_id);
+      data.merges.clear();
+    }
 
     auto find = [&](std::string_view t) { return token_to_id.find(data.tokens, t); };
     auto make_control = [&](int32_t id) {
@@ -94,7 +105,7 @@ struct Tokenizer::Impl {
     // Pieces: no token the model can generate decodes to nothing by accident (see
     // token_to_piece). A piece is never longer than its text (a byte-level character is 1 or 2
     // bytes of UTF-8 for 1 byte; "<0xNN>" is 6 for 1), so the text arena's size is enough.
-    const std::vector<bool> emittable = bpe->emittable(n);
+    const std::vector<bool> emittable = bpe ? bpe->emittable(n) : std::vector<bool>(n, false);
     size_t text_bytes = 0;
     for (std::string_view t : data.tokens) text_bytes += t.size();
     pieces.reserve(n, text_bytes);
@@ -102,21 +113,21 @@ struct Tokenizer::Impl {
     for (size_t i = 0; i < n; ++i) {
       const std::string_view text = data.tokens[i];
       const TokenType t = data.types[i];
-      if (emittable[i] || t == TokenType::Normal) {
-        pieces.push_back(token_text_to_bytes(text));  // text of the byte-level alphabet
-      } else if (const int byte = hex_byte_token(text);
-                 byte >= 0 && t != TokenType::UserDefined) {
+      if (const int byte = hex_byte_token(text); byte >= 0 && t != TokenType::UserDefined &&
+                                                  (spm || !(emittable[i] || t == TokenType::Normal))) {
         pieces.push_back(std::string(1, static_cast<char>(byte)));  // "<0x0A>": that byte
-      } else if (t == TokenType::Byte) {
-        pieces.push_back(token_text_to_bytes(text));
+      } else if (spm && (t == TokenType::Normal || t == TokenType::UserDefined || t == TokenType::Byte)) {
+        pieces.push_back(spm_piece(text, t));  // '▁' as a space
+      } else if (!spm && (emittable[i] || t == TokenType::Normal || t == TokenType::Byte)) {
+        pieces.push_back(token_text_to_bytes(text));  // text of the byte-level alphabet
       } else {
-        // Control, Unknown, UserDefined, Unused, Undefined: their literal text.
+        // Control, Unknown, UserDefined (BPE), Unused, Undefined: their literal text.
         pieces.push_back(text);
         special_only[i] = t == TokenType::Control || t == TokenType::Unknown;
       }
     }
     data.tokens.shrink_to_fit();
-    regex = std::make_unique<PreTokenizerRegex>(pre);
+    if (!spm) regex = std::make_unique<PreTokenizerRegex>(pre);
     specials = std::make_unique<SpecialTokenMatcher>(data.tokens, data.types, data.strip);
     types.reserve(n);
     for (TokenType t : data.types) types.push_back(static_cast<uint8_t>(t));  // 0..6, validated
@@ -174,7 +185,35 @@ struct Tokenizer::Impl {
     std::vector<int32_t> out;
     out.reserve(text_size / 3 + 4);
     if (add_special && data.add_bos) out.push_back(data.bos_id);
+    if (spm) {
+      encode_spm(frags, out);
+    } else {
+      encode_bpe(frags, out, cached);
+    }
+    if (add_special && data.add_eos) out.push_back(data.eos_id);
+    return out;
+  }
+
+  // SentencePiece: text that starts the input or follows a token (special or added) gets the
+  // space prefix when the vocabulary asks for it (llama.cpp 80fb11ac's is_prev_special rule).
+  void encode_spm(const std::vector<Fragment>& frags, std::vector<int32_t>& out) const {
+    bool prev_special = true;
+    for (const Fragment& f : frags) {
+      if (f.is_token) {
+        out.push_back(f.id);
+        prev_special = true;
+        continue;
+      }
+      if (f.text.empty()) continue;
+      const std::string escaped = spm_escape(f.text, data.add_space_prefix && prev_special);
+      spm->encode(escaped, data.tokens, token_to_id, out);
+      prev_special = false;
+    }
+  }
+
+  void encode_bpe(const std::vector<Fragment>& frags, std::vector<int32_t>& out, bool cached) const {
     std::vector<std::string_view> words;
+    std::string word_text;
     std::string clean;
     for (const Fragment& f : frags) {
       if (f.is_token) {
@@ -191,13 +230,18 @@ struct Tokenizer::Impl {
         words.clear();
         pos = regex->split_some(t, pos, words, 4096);
         for (std::string_view w : words) {
+          if (ignore_merges) {
+            word_text = bytes_to_token_text(w);
+            if (const int32_t id = token_to_id.find(data.tokens, word_text); id >= 0) {
+              out.push_back(id);
+              continue;
+            }
+          }
           if (cached) bpe->encode_word(w, out);
           else bpe->encode_word_uncached(w, out);
         }
       }
     }
-    if (add_special && data.add_eos) out.push_back(data.eos_id);
-    return out;
   }
 };
 
@@ -269,7 +313,7 @@ size_t Tokenizer::memory_bytes() const {
   return m.data.tokens.memory_bytes() + m.data.merges.memory_bytes() +
          m.data.types.capacity() * sizeof(TokenType) + m.data.strip.capacity() + m.types.capacity() +
          m.pieces.memory_bytes() +
-         m.token_to_id.memory_bytes() + m.bpe->memory_bytes() + m.specials->memory_bytes() +
+         m.token_to_id.memory_bytes() + (m.bpe ? m.bpe->memory_bytes() : 0) + m.specials->memory_bytes() +
          m.eog.capacity() / 8 + m.special_only.capacity() / 8 + m.eog_list.capacity() * sizeof(int32_t);
 }
 

@@ -1,11 +1,15 @@
-// Text to token ids and back, for byte-level BPE vocabularies (Qwen2, Qwen2.5, Qwen3), with the
-// behaviour of llama.cpp 80fb11ac (src/llama-vocab.cpp), which the fixtures were made with:
+// Text to token ids and back, for byte-level BPE vocabularies (Qwen2, Qwen2.5, Qwen3, Llama 3)
+// and SentencePiece vocabularies (Llama 2, Mistral; spm.h), with the behaviour of llama.cpp
+// 80fb11ac (src/llama-vocab.cpp), which the fixtures were made with:
 //  1. special-token partition: Control/Unknown tokens (only when parse_special) and
 //     UserDefined tokens (always) are found in the text, longest text first; the text between
 //     them is tokenized on its own;
-//  2. invalid UTF-8 bytes become U+FFFD (one per byte);
-//  3. the pre-tokenizer regex splits each text piece into words (pretokenizer.h);
-//  4. byte-level BPE turns each word into ids (bpe.h).
+//  2. BPE: invalid UTF-8 bytes become U+FFFD (one per byte); the pre-tokenizer regex splits
+//     each text piece into words (pretokenizer.h); byte-level BPE turns each word into ids
+//     (bpe.h), except that with the Llama-3 pre-tokenizer a word that is a token is taken whole;
+//  3. SentencePiece: spaces become '▁', one is put first at the start of the input and after
+//     a special token (add_space_prefix), and score-ordered merges with byte fallback give the
+//     ids (spm.h). Pieces turn '▁' back into spaces and <0xNN> into bytes.
 // No Unicode normalization is applied (the HF tokenizer.json declares NFC; llama.cpp skips it).
 #pragma once
 

@@ -10,17 +10,24 @@ PreTokenizer pre_tokenizer_from_name(const std::string& name, const std::string&
   // LLAMA_VOCAB_PRE_TYPE_QWEN35).
   if (name == "qwen2" || name == "deepseek-r1-qwen") return PreTokenizer::Qwen2;
   if (name == "qwen35") return PreTokenizer::Qwen35;
+  // LLAMA_VOCAB_PRE_TYPE_LLAMA3's names.
+  if (name == "llama-bpe" || name == "llama3" || name == "llama-v3") return PreTokenizer::Llama3;
   if (name.empty())
     fail("{}: tokenizer.ggml.pre is missing; minfer needs the pre-tokenizer name "
-         "(known: qwen2, deepseek-r1-qwen, qwen35)", where);
-  fail("{}: unknown pre-tokenizer tokenizer.ggml.pre = '{}' (known: qwen2, deepseek-r1-qwen, qwen35)",
-       where, name);
+         "(known: qwen2, deepseek-r1-qwen, qwen35, llama-bpe)", where);
+  fail("{}: unknown pre-tokenizer tokenizer.ggml.pre = '{}' (known: qwen2, deepseek-r1-qwen, qwen35, "
+       "llama-bpe)", where, name);
 }
 
 void validate_vocab(const VocabData& d) {
-  MINFER_CHECK(d.model == "gpt2", "{}: tokenizer model '{}' is not supported (only 'gpt2', byte-level BPE)",
+  MINFER_CHECK(d.model == "gpt2" || d.model == "llama",
+        "{}: tokenizer model '{}' is not supported (only 'gpt2', byte-level BPE, and 'llama', SentencePiece)",
         d.source, d.model);
-  (void)pre_tokenizer_from_name(d.pre, d.source);
+  if (!is_spm(d)) (void)pre_tokenizer_from_name(d.pre, d.source);
+  MINFER_CHECK(d.scores.empty() || d.scores.size() == d.tokens.size(), "{}: {} token scores for {} tokens",
+        d.source, d.scores.size(), d.tokens.size());
+  MINFER_CHECK(!is_spm(d) || d.merges.empty(), "{}: a SentencePiece vocabulary has {} merges (expected none)",
+        d.source, d.merges.size());
   MINFER_CHECK(!d.tokens.empty(), "{}: the vocabulary is empty", d.source);
   MINFER_CHECK(d.tokens.size() <= static_cast<size_t>(INT32_MAX), "{}: {} tokens is too many", d.source,
         d.tokens.size());

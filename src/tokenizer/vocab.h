@@ -33,6 +33,9 @@ enum class TokenType : int32_t {
 enum class PreTokenizer {
   Qwen2,   ///< GGUF pre "qwen2" (Qwen2, Qwen2.5, Qwen3), "deepseek-r1-qwen"
   Qwen35,  ///< GGUF pre "qwen35": like Qwen2 but letter runs also take combining marks (\p{M})
+  None,    ///< no regex: a SentencePiece vocabulary ("llama" model) splits nothing before merging
+  Llama3,  ///< GGUF pre "llama-bpe" / "llama3" / "llama-v3": like Qwen2 but digits in runs of 1-3
+           ///< (\p{N}{1,3}); a word that is itself a token is emitted whole (ignore_merges)
 };
 
 /// Maps a GGUF `tokenizer.ggml.pre` name to its pre-tokenizer. Throws minfer::Error naming
@@ -46,24 +49,35 @@ enum TokenStrip : uint8_t { kStripNone = 0, kStripLeft = 1, kStripRight = 2 };
 /// Everything the tokenizer needs, independent of where it came from.
 struct VocabData {
   std::string source;  ///< file the data came from (for error messages)
-  std::string model = "gpt2";      ///< tokenizer.ggml.model; only "gpt2" (byte-level BPE) is supported
-  std::string pre = "qwen2";       ///< tokenizer.ggml.pre
+  /// tokenizer.ggml.model: "gpt2" (byte-level BPE) or "llama" (SentencePiece, spm.h)
+  std::string model = "gpt2";
+  std::string pre = "qwen2";       ///< tokenizer.ggml.pre (ignored for "llama")
   StringTable tokens;               ///< token text by id; Normal tokens in the byte-level alphabet
   std::vector<TokenType> types;     ///< same length as tokens
   std::vector<uint8_t> strip;       ///< TokenStrip flags by id; empty = none
   /// Merges in rank order (rank = index): each is (left, right) token texts, and left+right is a
   /// token too.
   MergeList merges;
+  /// SentencePiece ("llama") only: the score of each token (higher merges first); empty = all 0.
+  std::vector<float> scores;
+  /// SentencePiece only: a space is put before text that starts the input or follows a special
+  /// token (tokenizer.ggml.add_space_prefix, default true).
+  bool add_space_prefix = true;
   int32_t bos_id = -1, eos_id = -1, eot_id = -1, eom_id = -1, pad_id = -1, unk_id = -1;  ///< -1 = none
   bool add_bos = false;  ///< encode(add_special=true) puts bos_id first
   bool add_eos = false;  ///< encode(add_special=true) puts eos_id last
   std::string chat_template;  ///< Jinja source; empty when the file has none
 };
 
+/// True for a SentencePiece vocabulary (model "llama").
+inline bool is_spm(const VocabData& d) { return d.model == "llama"; }
+
 /// Reads the tokenizer.* metadata of a GGUF file: tokenizer.ggml.{model, pre, tokens, token_type,
-/// merges, bos_token_id, eos_token_id, eot_token_id, eom_token_id, padding_token_id,
+/// merges (gpt2), scores (llama), add_space_prefix (llama), bos_token_id, eos_token_id, eot_token_id, eom_token_id, padding_token_id,
 /// unknown_token_id, add_bos_token, add_eos_token} and tokenizer.chat_template (GGUF spec,
-/// "Tokenizer" section; key names as written by llama.cpp's converter). Throws minfer::Error
+/// "Tokenizer" section; key names as written by llama.cpp's converter). Without an
+/// add_bos_token key, BOS is added for SentencePiece and the llama-bpe pre-tokenizer, as
+/// llama.cpp 80fb11ac does (src/llama-vocab.cpp). Throws minfer::Error
 /// naming the file and key for a missing or mistyped key, an unsupported model or an unknown
 /// pre-tokenizer name.
 VocabData vocab_from_gguf(const gguf::GgufFile& file);

@@ -21,6 +21,8 @@ using json = nlohmann::json;
 // (the same association llama.cpp's convert_hf_to_gguf.py makes by hashing the tokenizer).
 constexpr const char* kQwen2Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr const char* kLlama3Regex =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 constexpr const char* kQwen35Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
@@ -58,7 +60,8 @@ std::string detect_pre(const json& root, const std::string& path) {
         regexes.size());
   if (regexes[0] == kQwen2Regex) return "qwen2";
   if (regexes[0] == kQwen35Regex) return "qwen35";
-  fail("{}: unknown pre-tokenizer regex '{}' (known: the Qwen2 and Qwen3.5 patterns)", path,
+  if (regexes[0] == kLlama3Regex) return "llama-bpe";
+  fail("{}: unknown pre-tokenizer regex '{}' (known: the Qwen2, Qwen3.5 and Llama-3 patterns)", path,
        regexes[0]);
 }
 

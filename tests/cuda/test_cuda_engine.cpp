@@ -157,7 +157,8 @@ TEST_P(CudaFixtureModel, GreedyThirtyTwoIsIdenticalToTheCpu) {
   const std::string name = GetParam();
   MINFER_REQUIRE_SHARED("fixtures/models/" + name + ".gguf");
   const auto model = Model::load(test::shared_path("fixtures/models/" + name + ".gguf").string());
-  for (const char* prompt : {"english", "chatml", "mixed"}) {
+  const bool qwen = name.rfind("qwen", 0) == 0;  // the llama fixtures name their chat prompt "chat"
+  for (const char* prompt : {"english", qwen ? "chatml" : "chat", "mixed"}) {
     std::ifstream f(test::shared_path("fixtures/models/refs/" + name + "." + prompt + ".json"));
     const auto ref = nlohmann::json::parse(f);
     const auto tokens = ref["prompt_tokens"].get<std::vector<int32_t>>();
@@ -165,7 +166,8 @@ TEST_P(CudaFixtureModel, GreedyThirtyTwoIsIdenticalToTheCpu) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, CudaFixtureModel, ::testing::Values("qwen2-tiny-Q8_0", "qwen3-tiny-Q4_0"),
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaFixtureModel,
+                         ::testing::Values("qwen2-tiny-Q8_0", "qwen3-tiny-Q4_0", "llama3-tiny-Q8_0", "mistral-tiny-Q8_0"),
                          [](const auto& param_info) {
                            std::string s = param_info.param;
                            std::replace(s.begin(), s.end(), '-', '_');
@@ -189,6 +191,13 @@ class CudaSynthModel : public ::testing::TestWithParam<SynthCase> {
     test::SynthSpec spec;
     spec.arch = c.arch;
     spec.type = c.type;
+    // "llama3": the llama architecture with a tied output and Llama-3.1 frequency factors;
+    // "mistral": llama with an untied output and plain RoPE.
+    if (spec.arch == "llama3" || spec.arch == "mistral") {
+      spec.llama_tied = spec.llama_rope_freqs = spec.arch == "llama3";
+      spec.rope_theta = spec.arch == "llama3" ? 500000.0f : 10000.0f;
+      spec.arch = "llama";
+    }
     const auto model = Model::load(test::write_synth_model(spec, test::temp_dir()).string());
     compare_cpu_cuda(model, random_prompt(n_prompt, spec.n_vocab, seed), c.kv,
                      std::string(c.arch) + "/" + std::string(type_name(c.type)) + "/kv " +
@@ -223,7 +232,16 @@ INSTANTIATE_TEST_SUITE_P(
                       SynthCase{"qwen2", TensorType::Q6_K, TensorType::F32}, SynthCase{"qwen3", TensorType::Q8_0, TensorType::F32},
                       SynthCase{"qwen3", TensorType::Q4_K, TensorType::F32}, SynthCase{"qwen3", TensorType::BF16, TensorType::F32},
                       SynthCase{"qwen2", TensorType::Q8_0, TensorType::F16}, SynthCase{"qwen2", TensorType::Q8_0, TensorType::Q8_0},
-                      SynthCase{"qwen3", TensorType::Q4_0, TensorType::Q8_0}),
+                      SynthCase{"qwen3", TensorType::Q4_0, TensorType::Q8_0},
+                      // the llama architecture (normal RoPE layout), every weight type
+                      SynthCase{"llama3", TensorType::F32, TensorType::F32}, SynthCase{"llama3", TensorType::F16, TensorType::F32},
+                      SynthCase{"llama3", TensorType::BF16, TensorType::F32}, SynthCase{"llama3", TensorType::Q4_0, TensorType::F32},
+                      SynthCase{"llama3", TensorType::Q4_1, TensorType::F32}, SynthCase{"llama3", TensorType::Q5_0, TensorType::F32},
+                      SynthCase{"llama3", TensorType::Q5_1, TensorType::F32}, SynthCase{"llama3", TensorType::Q8_0, TensorType::F32},
+                      SynthCase{"llama3", TensorType::Q4_K, TensorType::F32}, SynthCase{"llama3", TensorType::Q5_K, TensorType::F32},
+                      SynthCase{"llama3", TensorType::Q6_K, TensorType::F32}, SynthCase{"mistral", TensorType::F16, TensorType::F32},
+                      SynthCase{"mistral", TensorType::Q4_0, TensorType::F32}, SynthCase{"mistral", TensorType::Q8_0, TensorType::F32},
+                      SynthCase{"mistral", TensorType::Q4_K, TensorType::F16}, SynthCase{"mistral", TensorType::Q6_K, TensorType::Q8_0}),
     [](const auto& param_info) {
       return std::string(param_info.param.arch) + "_" + std::string(type_name(param_info.param.type)) + "_kv_" +
              std::string(type_name(param_info.param.kv));

@@ -1,7 +1,8 @@
 // The fused q/k/v -> (q/k norm) -> rope -> KV store step (Op::QkvBiasRopeStore, rope_store.cu)
 // inside an attention block graph on the CUDA backend: with biases (Qwen2) the fused graph gives
 // the unfused device graph's bits (attention output and the K/V region bytes); with q/k norms
-// (Qwen3) it stays within the attention class of the CPU; every KV format; the FusionPass
+// (Qwen3) it stays within the attention class of the CPU; in the llama configuration (normal
+// layout, frequency factors, YaRN) it is bitwise the unfused device graph; every KV format; the FusionPass
 // creates the op; a cell outside the region is reported at synchronize. Skips without a device.
 #ifdef MINFER_HAS_CUDA
 
@@ -27,7 +28,7 @@ constexpr double kAttnAbs = 3e-5, kAttnRel = 3e-5;  // "attention" class (docs/c
 
 struct BlockWeights {
   std::vector<std::vector<uint8_t>> bytes;
-  std::vector<graph::WeightTensor> w;  // q, k, v, bq, bk, bv, q_norm, k_norm
+  std::vector<graph::WeightTensor> w;  // q, k, v, bq, bk, bv, q_norm, k_norm, rope_freqs
 
   BlockWeights() {
     struct Spec {
@@ -42,7 +43,8 @@ struct BlockWeights {
                           {"bk", TensorType::F32, kHeadsKv * kHd, 1},
                           {"bv", TensorType::F32, kHeadsKv * kHd, 1},
                           {"q_norm", TensorType::F32, kHd, 1},
-                          {"k_norm", TensorType::F32, kHd, 1}};
+                          {"k_norm", TensorType::F32, kHd, 1},
+                          {"rope_freqs", TensorType::F32, kHd / 2, 1}};
     uint32_t seed = 700;
     for (const Spec& s : specs)
       bytes.push_back(s.m == 1 ? test::as_bytes(test::random_floats(static_cast<size_t>(s.k), seed++, 0.5f, 1.0f))
@@ -65,6 +67,8 @@ struct BlockCase {
   bool qk_norm;      // Qwen3 (no biases) vs Qwen2 (biases)
   TensorType kv;
   int32_t bad_cell = -1;  // >= 0: the last token's cell (out of range when >= kCtx)
+  bool llama = false;     // no biases, no norms: normal RoPE layout with frequency factors
+  bool yarn = false;      // llama with YaRN scaling (factor 4 over 32 positions)
 };
 
 /// x -> q/k/v (+b) [-> q/k norm] -> rope -> store K/V at cells kPrefix + t -> attention.
@@ -105,7 +109,7 @@ test::TestGraph block_graph(const BlockWeights& bw, const BlockCase& c, const st
   t.regions.push_back({0, 1, vb});
   const auto proj = [&](int i, const char* name) {
     NodeId y = g.matmul(w[static_cast<size_t>(i)], xn, name);
-    if (!c.qk_norm) y = g.add(y, w[static_cast<size_t>(3 + i)], std::string(name) + ".bias");
+    if (!c.qk_norm && !c.llama) y = g.add(y, w[static_cast<size_t>(3 + i)], std::string(name) + ".bias");
     return g.reshape(y, g.node(y).ne, std::string(name) + ".out");
   };
   NodeId q = proj(0, "q"), k = proj(1, "k");
@@ -114,8 +118,20 @@ test::TestGraph block_graph(const BlockWeights& bw, const BlockCase& c, const st
     q = g.qk_norm(q, w[6], static_cast<int32_t>(kHd), 1e-6f, "q_norm");
     k = g.qk_norm(k, w[7], static_cast<int32_t>(kHd), 1e-6f, "k_norm");
   }
-  q = g.rope(q, npos, static_cast<int32_t>(kHd), static_cast<int32_t>(kHd), 1e6f, "rope_q");
-  k = g.rope(k, npos, static_cast<int32_t>(kHd), static_cast<int32_t>(kHd), 1e6f, "rope_k");
+  graph::RopeConfig rc;
+  NodeId ff = graph::kNoNode;
+  if (c.llama) {
+    rc.layout = graph::RopeLayout::Normal;
+    ff = w[8];
+    if (c.yarn) {
+      rc.freq_scale = 0.25f;
+      rc.ext_factor = 1.0f;
+      rc.mscale = 1.0f + 0.1f * std::log(4.0f);
+      graph::rope_yarn_corr_dims(kHd, 32, 1e6f, 32.0f, 1.0f, &rc.corr_low, &rc.corr_high);
+    }
+  }
+  q = g.rope(q, npos, static_cast<int32_t>(kHd), static_cast<int32_t>(kHd), 1e6f, "rope_q", rc, ff);
+  k = g.rope(k, npos, static_cast<int32_t>(kHd), static_cast<int32_t>(kHd), 1e6f, "rope_k", rc, ff);
   const NodeId sk = g.kv_store(k, kr, ncells, "store_k"), sv = g.kv_store(v, vr, ncells, "store_v");
   const NodeId a = g.attn(q, sk, sv, npos, nseq, nkvp, nkvs, static_cast<int32_t>(kHeads),
                           static_cast<int32_t>(kHeadsKv), static_cast<int32_t>(kHd), kCtx,
@@ -150,6 +166,33 @@ TEST_P(CudaRopeStore, WithBiasesTheFusedBlockIsBitwiseTheUnfusedBlock) {
     // its accuracy is pinned by test_cuda_flash_attn.cpp; here the device-side bitwise checks
     // above carry the claim.
     if (nt <= 8) {
+      const auto cpu_run = test::run_graph(make, graph::BackendKind::Cpu, cpu, nullptr, 1, false);
+      EXPECT_TRUE(test::floats_close(test::as_floats(fused.outputs[0]), test::as_floats(cpu_run.outputs[0]), kAttnAbs,
+                                     kAttnRel))
+          << what << " vs the CPU";
+    }
+  }
+}
+
+TEST_P(CudaRopeStore, LlamaBlocksFusedAreBitwiseTheUnfusedBlockAndNearTheCpu) {
+  MINFER_REQUIRE_CUDA();
+  const TensorType kv = GetParam();
+  const BlockWeights bw;
+  const auto kb = test::region_bytes(kv, kHeadsKv * kHd, kCtx, 760), vb = test::region_bytes(kv, kHeadsKv * kHd, kCtx, 761);
+  for (bool yarn : {false, true}) {
+    for (int64_t nt : {1, 3}) {
+      BlockCase c{nt, false, kv};
+      c.llama = true;
+      c.yarn = yarn;
+      const auto make = [&] { return block_graph(bw, c, kb, vb); };
+      cpu::CpuBackend cpu(1);
+      cuda::CudaBackend dev;
+      const auto plain = test::run_graph(make, graph::BackendKind::Cuda, cpu, &dev, 1, false);
+      const auto fused = test::run_graph(make, graph::BackendKind::Cuda, cpu, &dev, 1, true);
+      const std::string what = std::string(type_name(kv)) + (yarn ? " yarn" : "") + " nt " + std::to_string(nt);
+      EXPECT_TRUE(test::bytes_equal(fused.outputs[0], plain.outputs[0])) << what << " attention output";
+      EXPECT_TRUE(test::bytes_equal(fused.regions[0], plain.regions[0], false)) << what << " K region";
+      EXPECT_TRUE(test::bytes_equal(fused.regions[1], plain.regions[1], false)) << what << " V region";
       const auto cpu_run = test::run_graph(make, graph::BackendKind::Cpu, cpu, nullptr, 1, false);
       EXPECT_TRUE(test::floats_close(test::as_floats(fused.outputs[0]), test::as_floats(cpu_run.outputs[0]), kAttnAbs,
                                      kAttnRel))

@@ -65,7 +65,7 @@ std::optional<chat::RenderedChat> next_turn_text(const chat::ChatTemplate& tmpl,
 void chat(const ChatArgs& a) {
   // Option values are checked before the (possibly multi-gigabyte) model is loaded.
   const SamplerParams sampling = a.sampling.params();
-  const chat::ChatOptions copt = chat_options(a.think, a.no_think);
+  chat::ChatOptions copt = chat_options(a.think, a.no_think);
   std::optional<chat::ChatTemplate> template_override = chat_template_override(a.chat_template);
   LoadedModel lm = load_model(a.model);
   const tok::Tokenizer& tk = *lm.model->tokenizer();

@@ -34,7 +34,7 @@ void add_perplexity_command(CLI::App& app) {
     const PerplexityResult r = perplexity(*lm.engine, ids, lm.engine->n_ctx(), a->chunks, [](int64_t i, double ppl) {
       std::printf("[%lld]%.4f,", static_cast<long long>(i + 1), ppl);
       std::fflush(stdout);
-    });
+    }, tk.add_bos() ? tk.bos() : -1);
     std::printf("\nFinal estimate: PPL = %.4f +/- %.5f (%lld chunks, %lld scored tokens)\n", r.ppl, r.ppl_stderr,
                 static_cast<long long>(r.n_chunks), static_cast<long long>(r.n_scored));
   });

@@ -66,7 +66,7 @@ void add_synth_command(CLI::App& app) {
   auto args = std::make_shared<SynthArgs>();
   auto* cmd = app.add_subcommand(
       "synth", "Write a model with a public model's shape and seeded random weights");
-  cmd->add_option("--arch", args->arch, "qwen2 or qwen3")->required();
+  cmd->add_option("--arch", args->arch, "qwen2, qwen3 or llama")->required();
   cmd->add_option("--preset", args->preset, "shape: " + preset_list())->required();
   cmd->add_option("--type", args->type, "weight type: " + file_type_names())->required();
   cmd->add_option("--vocab", args->vocab, "tokenizer source: a GGUF with tokenizer.* keys or a tokenizer.json")

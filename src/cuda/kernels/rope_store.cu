@@ -72,15 +72,20 @@ __global__ void __launch_bounds__(kWarps * 32) rope_store_kernel(RopeStoreArgs a
         if (i == lane + 32 * k) th[k] = theta;
       theta = __fmul_rn(theta, a.theta_scale);
     }
+    // rope.cu's angle rule and rotation; pair i is (i, i + half) NEOX, (2i, 2i + 1) normal.
+    const bool neox = a.rope.layout == graph::RopeLayout::Neox;
     float xo0[kPerLane / 2], xo1[kPerLane / 2];
 #pragma unroll
-    for (int k = 0; k < kPerLane / 2; ++k) {  // rope.cu's rotation; dims >= n_rot stay
+    for (int k = 0; k < kPerLane / 2; ++k) {  // dims >= n_rot stay
       const int i = lane + 32 * k;
       xo0[k] = xo1[k] = 0.0f;
       if (i < half) {
-        const double td = static_cast<double>(th[k]);
-        const float c = static_cast<float>(cos(td)), sn = static_cast<float>(sin(td));
-        const float x0 = x[i], x1 = x[i + half];
+        const float ang = graph::rope_angle(th[k], i, a.freq_factors != nullptr ? a.freq_factors[i] : 1.0f, a.rope);
+        const double td = static_cast<double>(ang);
+        const float c = __fmul_rn(static_cast<float>(cos(td)), a.rope.mscale);
+        const float sn = __fmul_rn(static_cast<float>(sin(td)), a.rope.mscale);
+        const int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+        const float x0 = x[i0], x1 = x[i1];
         xo0[k] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn));
         xo1[k] = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, c));
       }
@@ -90,8 +95,8 @@ __global__ void __launch_bounds__(kWarps * 32) rope_store_kernel(RopeStoreArgs a
     for (int k = 0; k < kPerLane / 2; ++k) {
       const int i = lane + 32 * k;
       if (i < half) {
-        x[i] = xo0[k];
-        x[i + half] = xo1[k];
+        x[neox ? i : 2 * i] = xo0[k];
+        x[neox ? i + half : 2 * i + 1] = xo1[k];
       }
     }
     __syncwarp();

@@ -1,6 +1,7 @@
 // The fused decode step between the q/k/v projections and attention (graph.h
 // Op::QkvBiasRopeStore): from the planar FusedQKV output, optionally the per-head RMS norm of q
-// and k (Qwen3), the NEOX rotary embedding of q and k, the q output, and the K and V rows stored
+// and k (Qwen3), the rotary embedding of q and k (NEOX or normal layout, frequency factors and
+// scaling: graph/rope_math.h), the q output, and the K and V rows stored
 // into their KV regions at each token's cell. One launch replaces up to two QkNorm, two Rope and
 // two KV-store launches.
 //
@@ -17,6 +18,7 @@
 #include <cstdint>
 
 #include "core/types.h"
+#include "graph/rope_math.h"
 
 namespace minfer::cuda {
 
@@ -31,6 +33,8 @@ struct RopeStoreArgs {
   int64_t n_head_kv = 0;            ///< k and v heads (kv_dim = n_head_kv * head_dim)
   int64_t n_rot = 0;                ///< rotated dims per head (even, <= head_dim)
   float theta_scale = 1.0f;         ///< pow(rope_theta, -2 / n_rot), computed by the caller in float
+  graph::RopeConfig rope;           ///< layout and scaling (rope_math.h)
+  const float* freq_factors = nullptr;  ///< [n_rot / 2] frequency divisors, or null (all 1)
   const int32_t* pos = nullptr;     ///< [n_tok]
   const int32_t* cells = nullptr;   ///< [n_tok] KV cell of each token
   const float* q_norm = nullptr;    ///< [head_dim] or null (then no norms)
