@@ -19,6 +19,7 @@ targets_table=(
   "fuzz_model          fuzz/corpus/gguf             65536  fuzz/gguf.dict"
   "fuzz_tokenizer      tests/data/tokenizer         4096   -"
   "fuzz_chat_template  fuzz/corpus/chat_template:tests/data/chat_templates  8192  fuzz/jinja.dict"
+  "fuzz_server_request fuzz/corpus/server_request   65536  -"
 )
 
 seconds=${1:-60}

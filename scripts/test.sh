@@ -25,6 +25,18 @@ status=0
 ctest --test-dir build --output-on-failure --no-tests=error -j"$jobs" 2>&1 | tee build/ctest-output.txt ||
   status=1
 
+# End to end: `minfer serve` on a loopback port driven by the official OpenAI Node client
+# (tests/server/e2e.mjs; npm `openai` pinned by tests/server/package-lock.json). Prints
+# "N passed, M failed"; a failure fails the run.
+if ! build/tools/minfer/minfer serve -m /nonexistent.gguf --port 0 2>&1 | grep -q 'built without the server'; then
+  command -v node >/dev/null 2>&1 || { echo "test.sh: node (20+) is needed for the server tests" >&2; exit 1; }
+  (cd tests/server && npm ci --no-audit --no-fund --loglevel=error)
+  timeout 1800 node tests/server/e2e.mjs --bin build/tools/minfer/minfer || status=1
+elif $ci; then
+  echo "test.sh: minfer was built without the server (libcpp-httplib-dev missing); under CI that fails" >&2
+  status=1
+fi
+
 # Every fuzz target (scripts/fuzz.sh's list), 180 s shared among them; a finding fails the run.
 fuzz_note=""
 if $ci || command -v clang++-14 >/dev/null 2>&1 || command -v clang++ >/dev/null 2>&1; then

@@ -105,7 +105,7 @@ TEST(CliUsage, unknown_command_is_named_with_the_list_of_commands) {
   const Result r = sh("frobnicate -m x");
   EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_EQ(r.out.rfind("minfer: error: unknown command 'frobnicate' (commands: ", 0), 0u) << r.out;
-  for (const char* name : {"run", "chat", "bench", "perplexity", "tokenize", "inspect", "quantize", "synth", "env"})
+  for (const char* name : {"run", "chat", "bench", "perplexity", "tokenize", "inspect", "quantize", "synth", "serve", "env"})
     EXPECT_NE(r.out.find(std::string(" ") + name), std::string::npos) << name << " is not listed: " << r.out;
   EXPECT_EQ(r.out.substr(r.out.size() - 2), ")\n") << r.out;
   EXPECT_EQ(lines(r.out), 1u) << r.out;

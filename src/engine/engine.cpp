@@ -553,7 +553,7 @@ Engine::Restored Engine::restore_sequence_file(const std::string& path, int32_t 
   if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) > limit)
     fail("{}: {} bytes, more than any session of this model and context size can be ({})", path,
          static_cast<uint64_t>(st.st_size), limit);
-  const std::string bytes = read_file_bytes(path, "session file");
+  const std::string bytes = read_file_bytes(path, "session file", static_cast<size_t>(limit), FileKinds::kRegular);
   return restore_sequence(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()), path,
                           dst_seq, positions_from_0);
 }

@@ -12,8 +12,8 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Length of the longest suffix of `text` that is a proper prefix of some stop string: that much
-// must be held back because it may still become a stop string.
+}  // namespace
+
 size_t held_suffix(const std::string& text, const std::vector<std::string>& stops) {
   size_t hold = 0;
   for (const std::string& s : stops) {
@@ -25,8 +25,6 @@ size_t held_suffix(const std::string& text, const std::vector<std::string>& stop
   }
   return hold;
 }
-
-}  // namespace
 
 Session::Session(Engine& engine, const tok::Tokenizer& tokenizer) : engine_(engine), tok_(tokenizer) {}
 

@@ -37,6 +37,10 @@ struct GenerateStats {
   double decode_tps() const { return decoded_tokens > 0 && decode_ms > 0 ? decoded_tokens / (decode_ms / 1e3) : 0.0; }
 };
 
+/// Length of the longest suffix of `text` that is a proper prefix of some stop string: that much
+/// must be held back from a stream because it may still become a stop string.
+size_t held_suffix(const std::string& text, const std::vector<std::string>& stops);
+
 /// Keeps an engine's sequence 0 in step with a token list, so a new prompt that shares a prefix
 /// with what the cache holds only prefills the difference (multi-turn chat, server slots).
 class Session {

@@ -65,19 +65,39 @@ void check_seq(int32_t seq, bool allow_all, const char* what) {
 bool in_range(int32_t pos, int32_t p0, int32_t p1) { return pos >= p0 && (p1 < 0 || pos < p1); }
 }  // namespace
 
+void KvCache::set_seq_cells(int32_t seq, int64_t begin, int64_t end) {
+  if (seq < 0 || begin < 0 || end > n_ctx_ || begin >= end)
+    fail("KV cache: cell range [{}, {}) of sequence {} is not within [0, {})", begin, end, seq, n_ctx_);
+  for (SeqRange& r : ranges_)
+    if (r.seq == seq) {
+      r.begin = begin;
+      r.end = end;
+      return;
+    }
+  ranges_.push_back(SeqRange{seq, begin, end});
+}
+
 std::vector<int32_t> KvCache::allocate(int32_t seq, std::span<const int32_t> positions) {
   check_seq(seq, false, "allocate");
   const auto n = static_cast<int64_t>(positions.size());
   std::vector<int32_t> out;
   if (n == 0) return out;
-  const int64_t free_cells = n_ctx_ - n_used();
-  if (n > free_cells)
-    fail("KV cache is full: {} tokens need cells, {} of {} are free (raise the context size with -c)",
-         n, free_cells, n_ctx_);
+  int64_t lo = 0, hi = n_ctx_;
+  for (const SeqRange& r : ranges_)
+    if (r.seq == seq) lo = r.begin, hi = r.end;
+  const int64_t free_cells =
+      std::count_if(cells_.begin() + lo, cells_.begin() + hi, [](const Cell& c) { return c.pos < 0; });
+  if (n > free_cells) {
+    if (lo == 0 && hi == n_ctx_)
+      fail("KV cache is full: {} tokens need cells, {} of {} are free (raise the context size with -c)",
+           n, free_cells, n_ctx_);
+    fail("KV cache: {} tokens of sequence {} need cells, {} of its {} cells [{}, {}) are free", n, seq,
+         free_cells, hi - lo, lo, hi);
+  }
   out.reserve(static_cast<size_t>(n));
   // First fit of a contiguous run (keeps attention windows short and rows in order).
   int64_t run_start = -1;
-  for (int64_t i = 0, len = 0; i < n_ctx_; ++i) {
+  for (int64_t i = lo, len = 0; i < hi; ++i) {
     if (cells_[static_cast<size_t>(i)].pos < 0) {
       if (++len == n) {
         run_start = i - n + 1;
@@ -90,7 +110,7 @@ std::vector<int32_t> KvCache::allocate(int32_t seq, std::span<const int32_t> pos
   if (run_start >= 0) {
     for (int64_t i = 0; i < n; ++i) out.push_back(static_cast<int32_t>(run_start + i));
   } else {
-    for (int64_t i = 0; i < n_ctx_ && static_cast<int64_t>(out.size()) < n; ++i)
+    for (int64_t i = lo; i < hi && static_cast<int64_t>(out.size()) < n; ++i)
       if (cells_[static_cast<size_t>(i)].pos < 0) out.push_back(static_cast<int32_t>(i));
   }
   for (int64_t i = 0; i < n; ++i) {

@@ -59,9 +59,16 @@ class KvCache {
   uint64_t row_bytes() const { return row_bytes_; }
 
   /// Finds cells for tokens of `seq` at `positions` (contiguous run first, else the first free
-  /// cells), marks them used and returns their indices. Throws minfer::Error when fewer than
-  /// positions.size() cells are free.
+  /// cells; only within the sequence's range when set_seq_cells gave it one), marks them used
+  /// and returns their indices. Throws minfer::Error when fewer than positions.size() cells are
+  /// free (in the range).
   std::vector<int32_t> allocate(int32_t seq, std::span<const int32_t> positions);
+
+  /// Confines the cells allocate() gives `seq` (>= 0) to [begin, end) from now on (the server
+  /// gives each slot its own range, so a token's cell, and with it the attention sums' order,
+  /// does not depend on other sequences). Throws minfer::Error for a range outside [0, n_ctx)
+  /// or empty. Cells the sequence already holds stay where they are.
+  void set_seq_cells(int32_t seq, int64_t begin, int64_t end);
 
   /// [seq_rm] Takes the cells of `seq` (-1: every sequence) whose position is in [p0, p1) (p1 < 0:
   /// to the end) away from it; a cell no sequence sees any more is empty. Throws minfer::Error
@@ -111,6 +118,11 @@ class KvCache {
   uint64_t row_bytes_;
   std::vector<int32_t> buffers_;  ///< [layer * 2 + which]
   std::vector<Cell> cells_;
+  struct SeqRange {
+    int32_t seq;
+    int64_t begin, end;
+  };
+  std::vector<SeqRange> ranges_;  ///< set_seq_cells
 };
 
 }  // namespace minfer

@@ -11,6 +11,7 @@ namespace minfer::cli {
 inline constexpr std::pair<const char*, const char*> kLlamaStyleOptions[] = {
     {"-ub", "--ubatch-size"}, {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"},
     {"-pg", "--pg"},          {"-ngl", "--n-gpu-layers"}, {"-fa", "--flash-attn"},
+    {"-np", "--parallel"},
 };
 
 void add_env_command(CLI::App& app);
@@ -22,5 +23,6 @@ void add_chat_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_quantize_command(CLI::App& app);
 void add_synth_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
 
 }  // namespace minfer::cli

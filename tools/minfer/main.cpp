@@ -62,6 +62,7 @@ int main(int argc, char** argv) {
   minfer::cli::add_tokenize_command(app);
   minfer::cli::add_quantize_command(app);
   minfer::cli::add_synth_command(app);
+  minfer::cli::add_serve_command(app);
   // llama.cpp's tools take multi-letter single-dash options (-ub, -ctk, -pg ...), which CLI11 does
   // not allow; map them to their long names so users' command lines work unchanged.
   std::vector<std::string> args(argv, argv + argc);

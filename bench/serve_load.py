@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""Loopback load generator for OpenAI-compatible servers (`minfer serve`, llama-server).
+
+Python 3 standard library only. Runs CONCURRENCY clients, each sending streaming
+/v1/completions requests (a prompt of about PROMPT_TOKENS tokens, MAX_TOKENS generated, greedy,
+no stop) until REQUESTS requests are done; reports total generated tokens/s over the wall time
+and the median / p90 time to first token. Tokens are counted from the usage chunk
+(stream_options.include_usage) when the server sends it, else one per content chunk.
+
+    python3 bench/serve_load.py --url http://127.0.0.1:8080 -c 1,4,8 --prompt-tokens 256 --max-tokens 128
+"""
+import argparse
+import http.client
+import json
+import statistics
+import sys
+import threading
+import time
+import urllib.parse
+
+
+def one_request(url, prompt, max_tokens, api_key, timeout):
+    u = urllib.parse.urlparse(url)
+    conn = http.client.HTTPConnection(u.hostname, u.port or 80, timeout=timeout)
+    body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+                       "stream_options": {"include_usage": True}, "ignore_eos": True})
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = "Bearer " + api_key
+    t0 = time.monotonic()
+    conn.request("POST", "/v1/completions", body, headers)
+    resp = conn.getresponse()
+    if resp.status != 200:
+        raise RuntimeError(f"HTTP {resp.status}: {resp.read()[:200]!r}")
+    ttft = None
+    chunks = 0
+    usage = None
+    for raw in resp:
+        line = raw.decode("utf-8", "replace").strip()
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if data == "[DONE]":
+            break
+        ev = json.loads(data)
+        if ev.get("usage"):
+            usage = ev["usage"]
+        for ch in ev.get("choices", []):
+            if ch.get("text"):
+                chunks += 1
+                if ttft is None:
+                    ttft = time.monotonic() - t0
+    conn.close()
+    tokens = usage["completion_tokens"] if usage else chunks
+    return ttft if ttft is not None else time.monotonic() - t0, tokens
+
+
+def run(url, concurrency, requests, prompt, max_tokens, api_key, timeout):
+    lock = threading.Lock()
+    ttfts, tokens, errors = [], [0], []
+    left = [requests]
+
+    def worker():
+        while True:
+            with lock:
+                if left[0] == 0:
+                    return
+                left[0] -= 1
+            try:
+                t, n = one_request(url, prompt, max_tokens, api_key, timeout)
+                with lock:
+                    ttfts.append(t)
+                    tokens[0] += n
+            except Exception as e:  # reported, not fatal: the summary says how many failed
+                with lock:
+                    errors.append(str(e))
+
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.monotonic() - t0
+    ttfts.sort()
+    return {
+        "concurrency": concurrency, "requests": len(ttfts), "errors": len(errors),
+        "generated_tokens": tokens[0], "wall_s": round(wall, 3),
+        "gen_tps": round(tokens[0] / wall, 2) if wall > 0 else 0.0,
+        "ttft_median_s": round(statistics.median(ttfts), 4) if ttfts else None,
+        "ttft_p90_s": round(ttfts[min(len(ttfts) - 1, int(0.9 * len(ttfts)))], 4) if ttfts else None,
+        "first_error": errors[0] if errors else None,
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--url", default="http://127.0.0.1:8080")
+    ap.add_argument("-c", "--concurrency", default="1,4,8", help="comma list")
+    ap.add_argument("-n", "--requests", type=int, default=0, help="requests per level (default: 2 x concurrency)")
+    ap.add_argument("--prompt-tokens", type=int, default=256, help="approximate prompt length")
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--api-key", default="")
+    ap.add_argument("--timeout", type=float, default=600.0, help="seconds per request")
+    ap.add_argument("--json", action="store_true", help="one JSON object per line")
+    a = ap.parse_args()
+    # " x" is one token in BPE vocabularies of the Qwen/Llama kind; a distinct number first per
+    # level keeps prefix caches from turning the test into a decode-only one.
+    for c in [int(x) for x in a.concurrency.split(",")]:
+        prompt = f"{c}:" + " x" * max(1, a.prompt_tokens - 2)
+        r = run(a.url, c, a.requests or 2 * c, prompt, a.max_tokens, a.api_key, a.timeout)
+        if a.json:
+            print(json.dumps(r))
+        else:
+            print(f"concurrency {c:3d}: {r['requests']} ok, {r['errors']} failed, {r['generated_tokens']} tokens in "
+                  f"{r['wall_s']} s = {r['gen_tps']} t/s, TTFT median {r['ttft_median_s']} s, p90 {r['ttft_p90_s']} s")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

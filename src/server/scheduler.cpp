@@ -1,0 +1,267 @@
+#include "server/scheduler.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace minfer::server {
+
+EngineStepModel::EngineStepModel(Engine& engine, int32_t n_slots, int32_t slot_ctx) : engine_(engine) {
+  if (n_slots < 1 || slot_ctx < kSlotCellAlign || slot_ctx % kSlotCellAlign != 0)
+    fail("server: {} slots of {} cells: slots must be >= 1 and cells a positive multiple of {}", n_slots, slot_ctx,
+         kSlotCellAlign);
+  if (static_cast<int64_t>(n_slots) * slot_ctx > engine.n_ctx())
+    fail("server: {} slots of {} cells need {} cells, the engine has {}", n_slots, slot_ctx,
+         static_cast<int64_t>(n_slots) * slot_ctx, engine.n_ctx());
+  for (int32_t s = 0; s < n_slots; ++s)
+    engine.kv().set_seq_cells(s, static_cast<int64_t>(s) * slot_ctx, static_cast<int64_t>(s + 1) * slot_ctx);
+}
+
+Scheduler::Scheduler(StepModel& model, const SchedulerConfig& config) : model_(model), cfg_(config) {
+  if (cfg_.n_slots < 1) fail("server: --parallel {} must be at least 1", cfg_.n_slots);
+  if (cfg_.slot_ctx < 2) fail("server: a slot's context {} must be at least 2 tokens", cfg_.slot_ctx);
+  if (cfg_.chunk < 1) fail("server: the prefill chunk {} must be at least 1 token", cfg_.chunk);
+  if (cfg_.max_queue < 0) fail("server: --max-queue {} must not be negative", cfg_.max_queue);
+  slots_.resize(static_cast<size_t>(cfg_.n_slots));
+  totals_.kv_cells_total = static_cast<int64_t>(cfg_.n_slots) * cfg_.slot_ctx;
+}
+
+bool Scheduler::submit(std::shared_ptr<Request> r) {
+  if (r->prompt.empty()) fail("the prompt is empty (no tokens)");
+  if (static_cast<int64_t>(r->prompt.size()) >= cfg_.slot_ctx)
+    fail("the prompt is {} tokens; a slot holds {} (prompt and output), so at most {} prompt tokens", r->prompt.size(),
+         cfg_.slot_ctx, cfg_.slot_ctx - 1);
+  {
+    std::lock_guard lock(mu_);
+    if (draining_ || static_cast<int32_t>(queue_.size()) >= cfg_.max_queue) return false;
+    queue_.push_back(Waiting{std::move(r), std::chrono::steady_clock::now()});
+  }
+  cv_.notify_all();
+  return true;
+}
+
+void Scheduler::wake() {
+  {
+    std::lock_guard lock(mu_);
+    woken_ = true;
+  }
+  cv_.notify_all();
+}
+
+void Scheduler::wait_for_work(std::chrono::steady_clock::time_point until) {
+  std::unique_lock lock(mu_);
+  cv_.wait_until(lock, until, [&] {
+    if (woken_ || !queue_.empty()) return true;
+    return std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.state != SlotState::Idle; });
+  });
+  woken_ = false;
+}
+
+void Scheduler::cancel_all() {
+  std::lock_guard lock(mu_);
+  for (Waiting& w : queue_) w.req->cancelled = true;
+  for (Slot& s : slots_)
+    if (s.req) s.req->cancelled = true;
+}
+
+bool Scheduler::idle() const {
+  std::lock_guard lock(mu_);
+  if (!queue_.empty()) return false;
+  return std::all_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.state == SlotState::Idle; });
+}
+
+SchedulerStats Scheduler::stats() const {
+  std::lock_guard lock(mu_);
+  SchedulerStats st = totals_;
+  st.waiting = static_cast<int32_t>(queue_.size());
+  for (const Slot& s : slots_) {
+    st.running += s.state != SlotState::Idle;
+    st.kv_cells_used += static_cast<int64_t>(s.cached.size());
+  }
+  return st;
+}
+
+std::vector<int32_t> Scheduler::slot_tokens(int32_t s) const {
+  std::lock_guard lock(mu_);
+  return slots_.at(static_cast<size_t>(s)).cached;
+}
+
+void Scheduler::record_duration(std::chrono::steady_clock::time_point t_submit) {
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_submit).count();
+  size_t b = 0;
+  while (b < std::size(kDurationBuckets) && secs > kDurationBuckets[b]) ++b;
+  ++totals_.duration_counts[b];
+  totals_.duration_sum += secs;
+  ++totals_.requests_finished;
+}
+
+void Scheduler::finish(Slot& s, FinishReason reason, const std::string& error) {
+  FinishInfo info;
+  info.reason = reason;
+  info.error = error;
+  info.prompt_tokens = static_cast<int32_t>(s.req->prompt.size());
+  info.cached_tokens = s.cached_prompt;
+  info.completion_tokens = s.generated;
+  std::shared_ptr<Request> req = std::move(s.req);
+  record_duration(s.t_submit);
+  s.state = SlotState::Idle;
+  s.sampler.reset();
+  s.history.clear();
+  s.next_token = -1;
+  if (req->on_done) req->on_done(info);
+}
+
+// Admission: each waiting request (oldest first) takes the idle slot whose cached tokens share
+// the longest prefix with its prompt; among equals (no shared prefix included) the least
+// recently used slot, so the KV a later request may reuse survives longest.
+void Scheduler::admit_locked() {
+  // Requests cancelled while waiting end here.
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    if (it->req->cancelled) {
+      FinishInfo info;
+      info.reason = FinishReason::Cancelled;
+      info.prompt_tokens = static_cast<int32_t>(it->req->prompt.size());
+      const std::shared_ptr<Request> req = it->req;
+      record_duration(it->t_submit);
+      it = queue_.erase(it);
+      if (req->on_done) req->on_done(info);
+    } else {
+      ++it;
+    }
+  }
+  while (!queue_.empty()) {
+    Waiting w = queue_.front();
+    const std::vector<int32_t>& prompt = w.req->prompt;
+    int32_t best = -1;
+    size_t best_common = 0;
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      const Slot& s = slots_[i];
+      if (s.state != SlotState::Idle) continue;
+      size_t common = 0;
+      while (common < s.cached.size() && common < prompt.size() && s.cached[common] == prompt[common]) ++common;
+      if (best < 0 || common > best_common ||
+          (common == best_common && s.last_used < slots_[static_cast<size_t>(best)].last_used)) {
+        best = static_cast<int32_t>(i);
+        best_common = common;
+      }
+    }
+    if (best < 0) return;  // every slot is busy
+    queue_.erase(queue_.begin());
+    Slot& s = slots_[static_cast<size_t>(best)];
+    // Keep the shared prefix, but recompute at least the last prompt token (its logits are needed).
+    if (best_common == prompt.size()) --best_common;
+    model_.keep_prefix(best, static_cast<int32_t>(best_common));
+    s.cached.resize(best_common);
+    s.req = std::move(w.req);
+    s.state = SlotState::Prefill;
+    s.sampler = std::make_unique<Sampler>(s.req->sampling);
+    s.history = s.req->prompt;
+    s.generated = 0;
+    s.cached_prompt = static_cast<int32_t>(best_common);
+    s.next_token = -1;
+    s.last_used = ++tick_;
+    s.admitted = ++admissions_;
+    s.t_submit = w.t_submit;
+  }
+}
+
+bool Scheduler::step(StepReport* report) {
+  std::unique_lock lock(mu_);
+  admit_locked();
+  // Cancelled running requests leave now; what their slot's KV holds stays for reuse.
+  for (Slot& s : slots_)
+    if (s.state != SlotState::Idle && s.req->cancelled) finish(s, FinishReason::Cancelled);
+
+  // The batch: one token of every decoding slot (slot order), then a chunk of the prompt of the
+  // oldest slot still prefilling.
+  Batch b;
+  struct Row {
+    int32_t slot;
+    bool decode;
+  };
+  std::vector<Row> rows;  // flagged tokens, in batch order
+  StepReport rep;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    Slot& s = slots_[i];
+    if (s.state != SlotState::Decode) continue;
+    b.tokens.push_back(s.next_token);
+    b.positions.push_back(static_cast<int32_t>(s.cached.size()));
+    b.seq_ids.push_back(static_cast<int32_t>(i));
+    b.logits.push_back(1);
+    rows.push_back({static_cast<int32_t>(i), true});
+    ++rep.decode_tokens;
+  }
+  int32_t pf = -1;
+  for (size_t i = 0; i < slots_.size(); ++i)
+    if (slots_[i].state == SlotState::Prefill && (pf < 0 || slots_[i].admitted < slots_[static_cast<size_t>(pf)].admitted))
+      pf = static_cast<int32_t>(i);
+  size_t chunk_end = 0;
+  if (pf >= 0) {
+    Slot& s = slots_[static_cast<size_t>(pf)];
+    const size_t from = s.cached.size();
+    chunk_end = std::min(s.req->prompt.size(), from + static_cast<size_t>(cfg_.chunk));
+    for (size_t p = from; p < chunk_end; ++p) {
+      b.tokens.push_back(s.req->prompt[p]);
+      b.positions.push_back(static_cast<int32_t>(p));
+      b.seq_ids.push_back(pf);
+      b.logits.push_back(p + 1 == s.req->prompt.size() ? 1 : 0);
+    }
+    if (chunk_end == s.req->prompt.size()) rows.push_back({pf, false});
+    rep.prefill_tokens = static_cast<int32_t>(chunk_end - from);
+    rep.prefill_slot = pf;
+  }
+  if (report) *report = rep;
+  if (b.tokens.empty()) return false;
+
+  // The forward runs without the lock (stats() and submit() go on meanwhile); only this thread
+  // changes slots.
+  std::span<const float> logits;
+  lock.unlock();
+  std::string error;
+  try {
+    logits = model_.forward(b);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  lock.lock();
+  if (!error.empty()) {
+    // The cache holds what it held before the step: every request of the batch ends with the error.
+    for (const Row& r : rows) finish(slots_[static_cast<size_t>(r.slot)], FinishReason::Error, error);
+    if (pf >= 0 && slots_[static_cast<size_t>(pf)].state == SlotState::Prefill)
+      finish(slots_[static_cast<size_t>(pf)], FinishReason::Error, error);
+    return true;
+  }
+  // Bookkeeping of what the KV now holds.
+  for (const Row& r : rows)
+    if (r.decode) slots_[static_cast<size_t>(r.slot)].cached.push_back(slots_[static_cast<size_t>(r.slot)].next_token);
+  if (pf >= 0) {
+    Slot& s = slots_[static_cast<size_t>(pf)];
+    const size_t from = s.cached.size();
+    s.cached.insert(s.cached.end(), s.req->prompt.begin() + static_cast<std::ptrdiff_t>(from),
+                    s.req->prompt.begin() + static_cast<std::ptrdiff_t>(chunk_end));
+    totals_.prompt_tokens += chunk_end - from;
+  }
+  // Sample per flagged row.
+  const auto nv = static_cast<size_t>(model_.n_vocab());
+  for (size_t k = 0; k < rows.size(); ++k) {
+    Slot& s = slots_[static_cast<size_t>(rows[k].slot)];
+    const std::span<const float> row = logits.subspan(k * nv, nv);
+    const int32_t tok = s.sampler->sample(row, s.history);
+    s.state = SlotState::Decode;
+    ++s.generated;
+    ++totals_.generated_tokens;
+    s.history.push_back(tok);
+    s.next_token = tok;
+    const TokenAction act = s.req->on_token ? s.req->on_token(tok, row) : TokenAction::Continue;
+    if (act == TokenAction::Stop) {
+      finish(s, FinishReason::Stop);
+    } else if (s.req->max_tokens >= 0 && s.generated >= s.req->max_tokens) {
+      finish(s, FinishReason::Length);
+    } else if (static_cast<int64_t>(s.cached.size()) + 1 >= cfg_.slot_ctx) {
+      finish(s, FinishReason::Length);  // the next token would not fit the slot
+    }
+  }
+  return true;
+}
+
+}  // namespace minfer::server

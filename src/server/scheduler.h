@@ -1,0 +1,188 @@
+// The request scheduler of `minfer serve`: a bounded queue, N slots (one KV sequence each),
+// prefix reuse, LRU choice of the slot to overwrite, cancellation, and the step that turns the
+// running slots into one Batch (the next token of every decoding slot plus a chunk of one prompt
+// being prefilled), runs it and samples per slot. Plain C++: no HTTP, no CUDA; the engine is
+// reached through StepModel, so tests drive it in-process with a fake.
+//
+// Threads: submit(), cancel flags and stats() may be called from any thread; step() only from
+// the one step-loop thread (the engine is single-threaded).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "sampling/sampler.h"
+
+namespace minfer::server {
+
+/// What the scheduler needs of a model: one forward of a Batch, and the one KV operation it uses
+/// (the slot <-> KV seam: move this to seq_cp / seq_rm when the cache has them).
+class StepModel {
+ public:
+  virtual ~StepModel() = default;
+  /// Runs `batch`; returns the logits of its flagged tokens, n_vocab() floats each, in batch
+  /// order, valid until the next call. Throws minfer::Error on failure (the cache then holds
+  /// what it held before the call).
+  virtual std::span<const float> forward(const Batch& batch) = 0;
+  /// Forgets positions >= n_keep of sequence `seq`.
+  virtual void keep_prefix(int32_t seq, int32_t n_keep) = 0;
+  virtual int64_t n_vocab() const = 0;
+};
+
+/// The Engine behind StepModel. Gives slot s the KV cells [s * slot_ctx, (s + 1) * slot_ctx),
+/// so each token's cell is (slot base + position) whatever else runs (batch invariance: the
+/// attention sums run in cell order, term t in lane t % 32, so slot_ctx is a multiple of 32).
+class EngineStepModel final : public StepModel {
+ public:
+  /// Throws minfer::Error when n_slots * slot_ctx exceeds the engine's cells or slot_ctx is not
+  /// a positive multiple of kSlotCellAlign.
+  EngineStepModel(Engine& engine, int32_t n_slots, int32_t slot_ctx);
+  std::span<const float> forward(const Batch& batch) override { return engine_.forward_view(batch); }
+  void keep_prefix(int32_t seq, int32_t n_keep) override { engine_.truncate(n_keep, seq); }
+  int64_t n_vocab() const override { return engine_.n_vocab(); }
+
+ private:
+  Engine& engine_;
+};
+
+/// Slot KV ranges start at multiples of this (the 32 lanes of the dot-product contract,
+/// src/quant/quant_ref.h).
+inline constexpr int32_t kSlotCellAlign = 32;
+
+/// Why a request ended.
+enum class FinishReason { Stop, Length, Cancelled, Error };
+
+/// Returned by a request's on_token: go on, or stop here (a stop string or end of generation).
+enum class TokenAction { Continue, Stop };
+
+struct FinishInfo {
+  FinishReason reason = FinishReason::Stop;
+  std::string error;              ///< when reason == Error
+  int32_t prompt_tokens = 0;      ///< the whole prompt
+  int32_t cached_tokens = 0;      ///< prompt tokens reused from the slot's KV
+  int32_t completion_tokens = 0;  ///< tokens sampled and accepted
+};
+
+/// One generation request. The callbacks run on the step-loop thread.
+struct Request {
+  std::vector<int32_t> prompt;  ///< non-empty
+  SamplerParams sampling;
+  int32_t max_tokens = -1;      ///< < 0: until the slot's context is full
+  /// Called with each sampled token and its logits row (n_vocab floats); Stop ends the request
+  /// with FinishReason::Stop (the token was accepted and counts as generated).
+  std::function<TokenAction(int32_t token, std::span<const float> logits)> on_token;
+  /// Called once when the request ends (after its last on_token).
+  std::function<void(const FinishInfo&)> on_done;
+  /// Set from any thread: the request ends at the next step with FinishReason::Cancelled.
+  std::atomic<bool> cancelled{false};
+};
+
+struct SchedulerConfig {
+  int32_t n_slots = 1;
+  int32_t slot_ctx = 512;      ///< KV cells per slot: a prompt plus its output must fit
+  int32_t chunk = 256;         ///< most prompt tokens per step (chunked prefill)
+  int32_t max_queue = 64;      ///< waiting requests beyond the running ones
+};
+
+/// Request-duration histogram buckets (seconds, upper bounds; +Inf implied).
+inline constexpr double kDurationBuckets[] = {0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300};
+
+/// A snapshot of the scheduler for /metrics and /health.
+struct SchedulerStats {
+  int32_t running = 0;
+  int32_t waiting = 0;
+  int64_t kv_cells_used = 0;
+  int64_t kv_cells_total = 0;
+  uint64_t prompt_tokens = 0;     ///< prompt tokens prefilled (reused ones not counted)
+  uint64_t generated_tokens = 0;
+  uint64_t requests_finished = 0;
+  uint64_t duration_counts[std::size(kDurationBuckets) + 1] = {};  ///< per bucket, not cumulative
+  double duration_sum = 0.0;
+};
+
+/// What one step ran (for tests and logs).
+struct StepReport {
+  int32_t decode_tokens = 0;
+  int32_t prefill_tokens = 0;
+  int32_t prefill_slot = -1;
+};
+
+class Scheduler {
+ public:
+  /// Throws minfer::Error for a config value out of range (n_slots, slot_ctx, chunk < 1,
+  /// max_queue < 0).
+  Scheduler(StepModel& model, const SchedulerConfig& config);
+
+  /// Queues `r`. Returns false (and does not keep it) when max_queue requests already wait or
+  /// draining() is set. Throws minfer::Error when the prompt is empty or does not leave room for
+  /// one generated token in a slot (slot_ctx - 1 tokens at most).
+  bool submit(std::shared_ptr<Request> r);
+
+  /// Runs one step: admits waiting requests into free slots, drops cancelled ones, runs one
+  /// forward and samples. Returns false when there was nothing to do (no forward ran).
+  bool step(StepReport* report = nullptr);
+
+  /// Blocks until a request is waiting or running, or until `until` passes, or wake() is called.
+  void wait_for_work(std::chrono::steady_clock::time_point until);
+  void wake();
+
+  /// New submits are refused from now on.
+  void set_draining() { draining_ = true; }
+  bool draining() const { return draining_; }
+  /// Marks every queued and running request cancelled.
+  void cancel_all();
+  /// True when no request is queued or running.
+  bool idle() const;
+
+  SchedulerStats stats() const;
+  const SchedulerConfig& config() const { return cfg_; }
+  /// The tokens slot `s`'s KV holds (tests).
+  std::vector<int32_t> slot_tokens(int32_t s) const;
+
+ private:
+  enum class SlotState { Idle, Prefill, Decode };
+  struct Slot {
+    SlotState state = SlotState::Idle;
+    std::vector<int32_t> cached;       ///< tokens in the KV (positions 0..n-1)
+    std::shared_ptr<Request> req;
+    std::unique_ptr<Sampler> sampler;
+    std::vector<int32_t> history;      ///< prompt + generated (penalties)
+    int32_t next_token = -1;           ///< sampled, not yet in the KV (Decode)
+    int32_t generated = 0;
+    int32_t cached_prompt = 0;
+    uint64_t last_used = 0;            ///< step counter of the last assignment (LRU)
+    uint64_t admitted = 0;             ///< admission order (prefill goes oldest first)
+    std::chrono::steady_clock::time_point t_submit;
+  };
+  struct Waiting {
+    std::shared_ptr<Request> req;
+    std::chrono::steady_clock::time_point t_submit;
+  };
+
+  void admit_locked();
+  void finish(Slot& s, FinishReason reason, const std::string& error = {});
+  void record_duration(std::chrono::steady_clock::time_point t_submit);
+
+  StepModel& model_;
+  SchedulerConfig cfg_;
+  std::vector<Slot> slots_;
+  mutable std::mutex mu_;        ///< guards queue_, slots_' state/cached sizes, the counters
+  std::condition_variable cv_;
+  std::vector<Waiting> queue_;
+  std::atomic<bool> draining_{false};
+  bool woken_ = false;
+  uint64_t tick_ = 0;
+  uint64_t admissions_ = 0;
+  SchedulerStats totals_;        ///< counters and histogram (gauges are computed in stats())
+};
+
+}  // namespace minfer::server

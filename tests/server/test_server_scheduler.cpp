@@ -1,0 +1,312 @@
+// The server's request scheduler in-process, with a fake model: batch formation, chunked
+// prefill, prefix reuse, LRU slot choice, cancellation, the bounded queue and errors.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "core/error.h"
+#include "server/scheduler.h"
+
+namespace minfer::server {
+namespace {
+
+constexpr int64_t kVocab = 64;
+
+/// A model whose greedy next token is (last input token of the sequence + 1) % kVocab; it
+/// records every batch and what each sequence holds, and checks that positions are contiguous.
+class FakeModel : public StepModel {
+ public:
+  std::vector<Batch> batches;
+  std::map<int32_t, std::vector<int32_t>> held;  ///< seq -> tokens at positions 0..n-1
+  std::vector<std::pair<int32_t, int32_t>> keeps;  ///< keep_prefix calls
+  bool fail_next = false;
+
+  std::span<const float> forward(const Batch& b) override {
+    if (fail_next) {
+      fail_next = false;
+      fail("fake forward failure");
+    }
+    batches.push_back(b);
+    out_.clear();
+    for (size_t i = 0; i < b.tokens.size(); ++i) {
+      std::vector<int32_t>& h = held[b.seq_ids[i]];
+      EXPECT_EQ(static_cast<size_t>(b.positions[i]), h.size()) << "seq " << b.seq_ids[i];
+      h.push_back(b.tokens[i]);
+      if (b.logits[i]) {
+        std::vector<float> row(kVocab, 0.0f);
+        row[static_cast<size_t>((b.tokens[i] + 1) % kVocab)] = 10.0f;
+        out_.insert(out_.end(), row.begin(), row.end());
+      }
+    }
+    return out_;
+  }
+  void keep_prefix(int32_t seq, int32_t n) override {
+    keeps.emplace_back(seq, n);
+    std::vector<int32_t>& h = held[seq];
+    if (static_cast<int32_t>(h.size()) > n) h.resize(static_cast<size_t>(n));
+  }
+  int64_t n_vocab() const override { return kVocab; }
+
+ private:
+  std::vector<float> out_;
+};
+
+struct Recorded {
+  std::vector<int32_t> tokens;
+  bool done = false;
+  FinishInfo fin;
+};
+
+std::shared_ptr<Request> greedy_request(std::vector<int32_t> prompt, int32_t max_tokens, std::shared_ptr<Recorded> rec) {
+  auto r = std::make_shared<Request>();
+  r->prompt = std::move(prompt);
+  r->sampling.temp = 0.0f;
+  r->max_tokens = max_tokens;
+  r->on_token = [rec](int32_t t, std::span<const float>) {
+    rec->tokens.push_back(t);
+    return TokenAction::Continue;
+  };
+  r->on_done = [rec](const FinishInfo& f) {
+    rec->done = true;
+    rec->fin = f;
+  };
+  return r;
+}
+
+SchedulerConfig config(int32_t slots, int32_t chunk, int32_t slot_ctx = 64, int32_t max_queue = 8) {
+  SchedulerConfig c;
+  c.n_slots = slots;
+  c.chunk = chunk;
+  c.slot_ctx = slot_ctx;
+  c.max_queue = max_queue;
+  return c;
+}
+
+void run_until_idle(Scheduler& s, int max_steps = 1000) {
+  for (int i = 0; i < max_steps && !s.idle(); ++i) s.step();
+  ASSERT_TRUE(s.idle()) << "scheduler did not finish within " << max_steps << " steps";
+}
+
+TEST(ServerScheduler, DecodeTokensOfAllSlotsAndOnePrefillChunkShareAStep) {
+  FakeModel m;
+  Scheduler s(m, config(3, 4));
+  auto a = std::make_shared<Recorded>(), b = std::make_shared<Recorded>(), c = std::make_shared<Recorded>();
+  ASSERT_TRUE(s.submit(greedy_request({1, 2}, 5, a)));
+  ASSERT_TRUE(s.submit(greedy_request({10, 11, 12, 13, 14, 15, 16, 17, 18, 19}, 5, b)));
+  ASSERT_TRUE(s.submit(greedy_request({30}, 5, c)));
+  StepReport r;
+  // Step 1: a's whole prompt (2 tokens, the oldest prefill).
+  ASSERT_TRUE(s.step(&r));
+  EXPECT_EQ(r.decode_tokens, 0);
+  EXPECT_EQ(r.prefill_tokens, 2);
+  EXPECT_EQ(r.prefill_slot, 0);
+  // Step 2: a decodes, b's first chunk of 4.
+  ASSERT_TRUE(s.step(&r));
+  EXPECT_EQ(r.decode_tokens, 1);
+  EXPECT_EQ(r.prefill_tokens, 4);
+  EXPECT_EQ(r.prefill_slot, 1);
+  const Batch& b2 = m.batches.back();
+  ASSERT_EQ(b2.tokens.size(), 5u);
+  EXPECT_EQ(b2.tokens[0], 3);  // a's sampled token (2 + 1) first
+  EXPECT_EQ(b2.seq_ids[0], 0);
+  EXPECT_EQ(b2.positions[0], 2);
+  EXPECT_EQ((std::vector<int32_t>(b2.tokens.begin() + 1, b2.tokens.end())), (std::vector<int32_t>{10, 11, 12, 13}));
+  EXPECT_EQ((std::vector<uint8_t>(b2.logits.begin(), b2.logits.end())), (std::vector<uint8_t>{1, 0, 0, 0, 0}));
+  // Steps 3-4: b's next chunks (4, then 2 with the logits flag on its last token).
+  ASSERT_TRUE(s.step(&r));
+  EXPECT_EQ(r.prefill_tokens, 4);
+  ASSERT_TRUE(s.step(&r));
+  EXPECT_EQ(r.prefill_tokens, 2);
+  EXPECT_EQ(m.batches.back().logits.back(), 1);
+  // Step 5: a and b decode, c prefills.
+  ASSERT_TRUE(s.step(&r));
+  EXPECT_EQ(r.decode_tokens, 2);
+  EXPECT_EQ(r.prefill_slot, 2);
+  run_until_idle(s);
+  EXPECT_EQ(a->tokens, (std::vector<int32_t>{3, 4, 5, 6, 7}));
+  EXPECT_EQ(b->tokens, (std::vector<int32_t>{20, 21, 22, 23, 24}));
+  EXPECT_EQ(c->tokens, (std::vector<int32_t>{31, 32, 33, 34, 35}));
+  EXPECT_EQ(a->fin.reason, FinishReason::Length);
+  EXPECT_EQ(a->fin.completion_tokens, 5);
+  EXPECT_EQ(b->fin.prompt_tokens, 10);
+  EXPECT_FALSE(s.step()) << "an idle scheduler runs no forward";
+}
+
+TEST(ServerScheduler, LongPromptIsPrefilledInChunksWhileAnotherSlotDecodesEveryStep) {
+  FakeModel m;
+  Scheduler s(m, config(2, 3));
+  auto a = std::make_shared<Recorded>(), b = std::make_shared<Recorded>();
+  ASSERT_TRUE(s.submit(greedy_request({5}, 20, a)));
+  s.step();  // a prefilled, first token sampled
+  std::vector<int32_t> long_prompt(20);
+  for (int i = 0; i < 20; ++i) long_prompt[static_cast<size_t>(i)] = 40 + i % 10;
+  ASSERT_TRUE(s.submit(greedy_request(long_prompt, 2, b)));
+  for (int k = 0; k < 7; ++k) {  // ceil(20 / 3) chunks
+    StepReport r;
+    ASSERT_TRUE(s.step(&r));
+    EXPECT_EQ(r.decode_tokens, 1) << "a decodes in every step of b's prefill (step " << k << ")";
+    EXPECT_LE(r.prefill_tokens, 3);
+  }
+  EXPECT_EQ(m.held[1], long_prompt);
+  run_until_idle(s);
+  EXPECT_EQ(b->tokens, (std::vector<int32_t>{50, 51}));
+}
+
+TEST(ServerScheduler, NewRequestReusesTheSlotWithTheLongestSharedPrefix) {
+  FakeModel m;
+  Scheduler s(m, config(2, 64));
+  auto a = std::make_shared<Recorded>(), b = std::make_shared<Recorded>();
+  ASSERT_TRUE(s.submit(greedy_request({1, 2, 3, 4, 5, 6}, 2, a)));
+  ASSERT_TRUE(s.submit(greedy_request({20, 21, 22}, 2, b)));
+  run_until_idle(s);
+  // Slot 0 holds 1..6 and the first generated token (7); slot 1 holds 20..22, 23.
+  EXPECT_EQ(s.slot_tokens(0), (std::vector<int32_t>{1, 2, 3, 4, 5, 6, 7}));
+  auto c = std::make_shared<Recorded>();
+  ASSERT_TRUE(s.submit(greedy_request({1, 2, 3, 4, 9, 9}, 1, c)));
+  const size_t before = m.batches.size();
+  run_until_idle(s);
+  // c went to slot 0, kept 4 tokens and prefilled only the 2 new ones.
+  EXPECT_EQ(m.keeps.back(), (std::pair<int32_t, int32_t>{0, 4}));
+  ASSERT_EQ(m.batches.size(), before + 1);
+  EXPECT_EQ(m.batches[before].tokens, (std::vector<int32_t>{9, 9}));
+  EXPECT_EQ(m.batches[before].positions, (std::vector<int32_t>{4, 5}));
+  EXPECT_EQ(c->fin.cached_tokens, 4);
+  EXPECT_EQ(c->tokens, (std::vector<int32_t>{10}));
+  EXPECT_EQ(m.held[1], (std::vector<int32_t>{20, 21, 22, 23})) << "the other slot's KV is untouched";
+  // An identical prompt reuses all but its last token (whose logits are needed).
+  auto d = std::make_shared<Recorded>();
+  ASSERT_TRUE(s.submit(greedy_request({20, 21, 22}, 1, d)));
+  run_until_idle(s);
+  EXPECT_EQ(m.keeps.back(), (std::pair<int32_t, int32_t>{1, 2}));
+  EXPECT_EQ(d->fin.cached_tokens, 2);
+  EXPECT_EQ(d->tokens, (std::vector<int32_t>{23}));
+}
+
+TEST(ServerScheduler, WithoutASharedPrefixTheLeastRecentlyUsedSlotIsEvicted) {
+  FakeModel m;
+  Scheduler s(m, config(2, 64));
+  auto a = std::make_shared<Recorded>(), b = std::make_shared<Recorded>(), c = std::make_shared<Recorded>();
+  ASSERT_TRUE(s.submit(greedy_request({1, 2, 3}, 1, a)));  // slot 0
+  run_until_idle(s);
+  ASSERT_TRUE(s.submit(greedy_request({1, 2, 3, 4}, 1, b)));  // shares 3 with slot 0: slot 0 again
+  run_until_idle(s);
+  ASSERT_TRUE(s.submit(greedy_request({30, 31}, 1, c)));  // no prefix: slot 1 (never used) is LRU
+  run_until_idle(s);
+  EXPECT_EQ(s.slot_tokens(0), (std::vector<int32_t>{1, 2, 3, 4}));
+  EXPECT_EQ(s.slot_tokens(1), (std::vector<int32_t>{30, 31}));
+  auto d = std::make_shared<Recorded>();
+  ASSERT_TRUE(s.submit(greedy_request({50, 51}, 1, d)));  // slot 0 is now the least recently used
+  run_until_idle(s);
+  EXPECT_EQ(m.keeps.back(), (std::pair<int32_t, int32_t>{0, 0})) << "slot 0's KV is evicted";
+  EXPECT_EQ(s.slot_tokens(0), (std::vector<int32_t>{50, 51}));
+  EXPECT_EQ(s.slot_tokens(1), (std::vector<int32_t>{30, 31})) << "slot 1's cache survives for reuse";
+}
+
+TEST(ServerScheduler, CancelledRequestLeavesAtTheNextStepAndFreesItsSlot) {
+  FakeModel m;
+  Scheduler s(m, config(1, 64));
+  auto a = std::make_shared<Recorded>(), b = std::make_shared<Recorded>();
+  auto ra = greedy_request({1, 2}, 100, a);
+  ASSERT_TRUE(s.submit(ra));
+  ASSERT_TRUE(s.submit(greedy_request({7}, 2, b)));
+  s.step();
+  s.step();
+  EXPECT_EQ(s.stats().running, 1);
+  EXPECT_EQ(s.stats().waiting, 1);
+  ra->cancelled = true;
+  const size_t before = a->tokens.size();
+  s.step();
+  EXPECT_TRUE(a->done);
+  EXPECT_EQ(a->fin.reason, FinishReason::Cancelled);
+  EXPECT_EQ(a->tokens.size(), before) << "no token after the cancel";
+  run_until_idle(s);
+  EXPECT_EQ(b->tokens, (std::vector<int32_t>{8, 9}));
+  // A request cancelled while it waits ends without a forward.
+  auto c = std::make_shared<Recorded>(), d = std::make_shared<Recorded>();
+  ASSERT_TRUE(s.submit(greedy_request({3}, 50, c)));
+  auto rd = greedy_request({4}, 5, d);
+  ASSERT_TRUE(s.submit(rd));
+  s.step();
+  rd->cancelled = true;
+  s.step();
+  EXPECT_TRUE(d->done);
+  EXPECT_EQ(d->fin.reason, FinishReason::Cancelled);
+  EXPECT_TRUE(d->tokens.empty());
+  s.cancel_all();
+  run_until_idle(s);
+  EXPECT_EQ(c->fin.reason, FinishReason::Cancelled);
+  EXPECT_EQ(s.stats().running, 0);
+}
+
+TEST(ServerScheduler, FullQueueRefusesAndDrainingRefuses) {
+  FakeModel m;
+  Scheduler s(m, config(1, 64, 64, 2));
+  auto rec = std::make_shared<Recorded>();
+  EXPECT_TRUE(s.submit(greedy_request({1}, 1, rec)));
+  EXPECT_TRUE(s.submit(greedy_request({1}, 1, rec)));
+  EXPECT_FALSE(s.submit(greedy_request({1}, 1, rec))) << "third waiting request with --max-queue 2";
+  EXPECT_EQ(s.stats().waiting, 2);
+  s.set_draining();
+  run_until_idle(s);
+  EXPECT_FALSE(s.submit(greedy_request({1}, 1, rec)));
+}
+
+TEST(ServerScheduler, PromptThatLeavesNoRoomInASlotIsRefused) {
+  FakeModel m;
+  Scheduler s(m, config(1, 64, 8));
+  auto rec = std::make_shared<Recorded>();
+  EXPECT_THROW(s.submit(greedy_request(std::vector<int32_t>(8, 1), 1, rec)), Error);
+  EXPECT_THROW(s.submit(greedy_request({}, 1, rec)), Error);
+  // 7 tokens fit; generation stops when the slot is full ("length").
+  ASSERT_TRUE(s.submit(greedy_request(std::vector<int32_t>(6, 1), -1, rec)));
+  run_until_idle(s);
+  EXPECT_EQ(rec->fin.reason, FinishReason::Length);
+  EXPECT_LE(static_cast<int64_t>(s.slot_tokens(0).size()), 8);
+  EXPECT_EQ(rec->tokens.size(), 2u);
+}
+
+TEST(ServerScheduler, StopFromTheStreamEndsTheRequestAndForwardFailureEndsTheBatch) {
+  FakeModel m;
+  Scheduler s(m, config(2, 64));
+  auto a = std::make_shared<Recorded>();
+  auto ra = greedy_request({1}, 50, a);
+  ra->on_token = [a](int32_t t, std::span<const float>) {
+    a->tokens.push_back(t);
+    return t == 4 ? TokenAction::Stop : TokenAction::Continue;
+  };
+  ASSERT_TRUE(s.submit(ra));
+  run_until_idle(s);
+  EXPECT_EQ(a->tokens, (std::vector<int32_t>{2, 3, 4}));
+  EXPECT_EQ(a->fin.reason, FinishReason::Stop);
+  auto b = std::make_shared<Recorded>(), c = std::make_shared<Recorded>();
+  ASSERT_TRUE(s.submit(greedy_request({5}, 10, b)));
+  s.step();
+  ASSERT_TRUE(s.submit(greedy_request({9}, 10, c)));
+  m.fail_next = true;
+  s.step();
+  EXPECT_EQ(b->fin.reason, FinishReason::Error);
+  EXPECT_EQ(c->fin.reason, FinishReason::Error);
+  EXPECT_NE(b->fin.error.find("fake forward failure"), std::string::npos);
+  EXPECT_TRUE(s.idle());
+}
+
+TEST(ServerScheduler, MetricsCountTokensAndDurations) {
+  FakeModel m;
+  Scheduler s(m, config(2, 64));
+  auto a = std::make_shared<Recorded>();
+  ASSERT_TRUE(s.submit(greedy_request({1, 2, 3}, 4, a)));
+  run_until_idle(s);
+  const SchedulerStats st = s.stats();
+  EXPECT_EQ(st.prompt_tokens, 3u);
+  EXPECT_EQ(st.generated_tokens, 4u);
+  EXPECT_EQ(st.requests_finished, 1u);
+  EXPECT_EQ(st.running, 0);
+  EXPECT_EQ(st.kv_cells_used, 6);  // 3 prompt + 3 decoded (the 4th sampled token never entered)
+  EXPECT_EQ(st.kv_cells_total, 128);
+  uint64_t n = 0;
+  for (uint64_t c : st.duration_counts) n += c;
+  EXPECT_EQ(n, 1u);
+}
+
+}  // namespace
+}  // namespace minfer::server
