@@ -119,7 +119,7 @@ TEST(CliInputSources, endless_text_to_tokenize_or_score_is_refused_naming_the_so
 }
 
 TEST(CliInputSources, an_endless_chat_line_ends_the_session_with_an_error_naming_the_line_and_the_limit) {
-  expect_error_after_loading("chat -m " + model() + " -n 1 < /dev/zero", "stdin line 1: longer than the 1 MiB limit");
+  expect_error_after_loading("chat -m " + model() + " --chat-template chatml -n 1 < /dev/zero", "stdin line 1: longer than the 1 MiB limit");
 }
 
 // Before: a line over 8 MiB ended the session with the chat template's output-limit error.
@@ -130,7 +130,7 @@ TEST(CliInputSources, a_chat_line_over_the_limit_is_named_by_its_number_after_ea
     std::ofstream out(input, std::ios::binary);
     out << "hello\n" << std::string((1u << 20) + 1, 'a') << "\nbye\n";
   }
-  const Result r = sh(test::minfer_bin() + " chat -m " + model() + " -n 1 --temp 0 < " + input);
+  const Result r = sh(test::minfer_bin() + " chat -m " + model() + " --chat-template chatml -n 1 --temp 0 < " + input);
   EXPECT_EQ(r.status, 1) << r.out.substr(0, 2000);
   EXPECT_NE(r.out.find("minfer: error: stdin line 2: longer than the 1 MiB limit\n"), std::string::npos)
       << r.out.substr(0, 2000);

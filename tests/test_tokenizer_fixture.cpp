@@ -214,7 +214,9 @@ TEST(TokenizerFixture, Qwen25VocabOfTheDemoModel) {
   EXPECT_EQ(t.encode("<|fim_prefix|>", false, true), (std::vector<int32_t>{151659}));
   for (int32_t id : {151643, 151645, 151662, 151663, 151664}) EXPECT_TRUE(t.is_eog(id)) << id;
   EXPECT_FALSE(t.is_eog(151659));
-  EXPECT_EQ(t.token_to_piece(151665), "");  // [PAD151665] is unused (type 5): decodes to nothing
+  // [PAD151665] is unused (type 5): it decodes to its text, so a generated one is seen, not dropped.
+  EXPECT_EQ(t.token_type(151665), TokenType::Unused);
+  EXPECT_EQ(t.token_to_piece(151665, false), "[PAD151665]");
   const std::string t25 = t.chat_template();
   EXPECT_NE(t25.find("You are Qwen, created by Alibaba Cloud."), std::string::npos);
 }
