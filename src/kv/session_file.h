@@ -1,7 +1,7 @@
 // KV session files: a sequence's KV state kept as a versioned, checksummed file (never a memory
 // dump). This header is the format alone: encode() writes the bytes, decode() checks every byte
 // of them into host memory. The engine (Engine::save_sequence / restore_sequence) supplies and
-// commits the rows. Byte-level layout: docs/session-format.md; the decision: docs/adr/0005.
+// commits the rows. Byte-level layout: docs/session-format.md; the decision: docs/adr/0006-kv-session-files.md.
 #pragma once
 
 #include <cstdint>
