@@ -83,6 +83,20 @@ TEST(CliKv, ChatSessionRestoresTheConversationAndARefusedFileIsExit1) {
   EXPECT_EQ(count(r.out, "minfer: error: " + (dir / "bogus.session").string() + ": "), 1u) << r.out;
 }
 
+TEST(CliKv, KeepIsCheckedAgainstTheContext) {
+  // A negative --keep printed CLI11's range with a 300-digit number; a --keep that leaves nothing
+  // to drop turned context shift off without a word.
+  Result r = test::run_shell(base("run") + "-n 4 -p 'x' --keep -1");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("--keep must be 0 or more, not -1"), std::string::npos) << r.out;
+  EXPECT_LT(r.out.size(), 300u) << r.out;
+  r = test::run_shell(base("run") + "-c 64 -n 4 -p 'x' --keep 63");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("--keep 63 leaves no tokens to drop in a context of 64"), std::string::npos) << r.out;
+  r = test::run_shell(base("run") + "-c 64 -n 4 -p 'x' --keep 63 --no-context-shift");
+  EXPECT_EQ(r.status, 0) << r.out;
+}
+
 TEST(CliKv, ChatSaveAndLoadCommands) {
   const auto dir = test::temp_dir();
   const std::string s = (dir / "saved.session").string();

@@ -303,6 +303,10 @@ TEST(JinjaSizes, SizeTakingFiltersCheckTheLimitBeforeAllocating) {
   fails_with("{% set a = ['x' * 4000000] %}{{ ([a] * 100)|tojson|length }}", "tojson: the text would exceed");
   // Indexing a long string in a loop scans it each time: the scans count as work.
   fails_with("{% set s = 'x' * 8000000 %}{% for i in range(1000000) %}{{ s[-1] }}{% endfor %}", "too much work");
+  // Building large strings in a loop counts as work too (this loop ran for about 30 hours).
+  fails_with("{% for i in range(1000) %}{% for j in range(1000) %}{% set y = 'x' * 8000000 %}{% endfor %}{% endfor %}",
+             "too much work");
+  EXPECT_EQ(render("{{ ('ab' * 3000000)|length }}|{{ ('abc' * 5)[-4:] }}"), "6000000|cabc");
 }
 
 TEST(JinjaSizes, EmptyOperandsRepeatInstantly) {

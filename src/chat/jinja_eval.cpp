@@ -255,9 +255,14 @@ class Interp {
         if (s.empty() || n == 0) return Value(std::string());
         if (static_cast<uint64_t>(n) > kMaxOutputBytes / s.size())
           template_fail(line, "string repetition: {} copies of {} bytes exceed {} bytes", n, s.size(), kMaxOutputBytes);
+        const size_t total = s.size() * static_cast<size_t>(n);
+        // One work unit per KiB built (as join_limited charges): a loop of large repetitions is
+        // bounded by the work limit, not only each result by the output limit.
+        charge_work(static_cast<int64_t>(total >> 10), line);
         std::string r;
-        r.reserve(s.size() * static_cast<size_t>(n));
-        for (int64_t k = 0; k < n; ++k) r += s;
+        r.reserve(total);
+        r += s;
+        while (r.size() < total) r.append(r, 0, std::min(r.size(), total - r.size()));  // doubling copies
         return a.has_data() ? Value::data_string(std::move(r)) : Value(std::move(r));
       }
       const ValueList& items = a.as_list();

@@ -49,7 +49,34 @@ const char* kind(const json& v) {
   }
 }
 
+/// Most nesting levels of arrays and objects a request body may have. OpenAI request bodies
+/// nest a few levels (messages -> content parts -> image_url); a deeply nested body is refused
+/// before parsing, so no later step (parse, walk, destruction) works over a 100,000-level tree.
+constexpr int kMaxJsonDepth = 64;
+
+/// Refuses a body whose brackets nest deeper than kMaxJsonDepth (brackets inside strings do not
+/// count). Malformed bodies pass through to the parser, which names them.
+void check_depth(std::string_view body) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < body.size(); ++i) {
+    const char c = body[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth)
+        bad("", fmt::format("the request body nests arrays and objects more than {} levels deep", kMaxJsonDepth));
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+}
+
 json parse_object(std::string_view body) {
+  check_depth(body);
   json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) bad("", "the request body is not valid JSON");
   if (!j.is_object()) bad("", fmt::format("the request body must be a JSON object, not {}", kind(j)));

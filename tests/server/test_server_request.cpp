@@ -81,6 +81,24 @@ TEST(ServerRequest, MalformedJsonIs400) {
   EXPECT_EQ(error_of("{\"prompt\":\"\xff\"}", false).first, 400) << "invalid UTF-8";
 }
 
+TEST(ServerRequest, DeeplyNestedBodyIs400BeforeParsing) {
+  // 200,000 nested objects (1.2 MB, under --max-body) crashed the server's worker thread.
+  const auto nested = [](int n, const char* open, const char* close) {
+    std::string s = R"({"prompt":"x","max_tokens":1,"a":)";
+    for (int i = 0; i < n; ++i) s += open;
+    s += "1";
+    for (int i = 0; i < n; ++i) s += close;
+    return s + "}";
+  };
+  EXPECT_EQ(error_of(nested(200000, R"({"b":)", "}"), false).first, 400);
+  EXPECT_EQ(error_of(nested(200000, "[", "]"), false).first, 400);
+  EXPECT_THROW(parse_tokenize_request(R"({"content":"x","a":)" + std::string(100000, '[') + std::string(100000, ']') + "}"),
+               ApiError);
+  // 64 levels (the limit) parse; brackets inside strings do not count.
+  EXPECT_EQ(error_of(nested(62, "[", "]"), false).first, 0);
+  EXPECT_EQ(error_of(R"({"prompt":")" + std::string(1000, '[') + R"(\"{","max_tokens":1})", false).first, 0);
+}
+
 TEST(ServerRequest, FieldOfTheWrongTypeIs400NamingTheField) {
   EXPECT_EQ(error_of(R"({"messages":[{"role":"user","content":"x"}],"temperature":"hot"})", true),
             (std::pair<int, std::string>{400, "temperature"}));

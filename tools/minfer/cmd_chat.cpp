@@ -77,7 +77,8 @@ void chat(const ChatArgs& a) {
       chat_template_for(std::move(template_override), tk.chat_template(), a.model.model);
   std::vector<chat::ChatMessage> msgs;
   if (!a.system.empty()) msgs.push_back({"system", a.system});
-  const int32_t keep = a.context.keep >= 0 ? a.context.keep : preamble_tokens(tk, tmpl, copt, a.system);
+  const int32_t keep =
+      a.context.keep_for(lm.engine->n_ctx(), a.context.keep < 0 ? preamble_tokens(tk, tmpl, copt, a.system) : 0);
   if (a.context.shift) session.set_context_shift(keep);
   // Append mode: the cache is the conversation (restored from a file, or shifted), so a new turn
   // is appended to it as tokens instead of re-rendering every message.

@@ -82,7 +82,8 @@ void run(const RunArgs& a) {
   Session session(*lm.engine, tk);
   // -n -1 means "until the context is full": no shift there.
   if (a.context.shift && a.n_predict >= 0)
-    session.set_context_shift(a.context.keep >= 0 ? a.context.keep : a.chat ? preamble_tokens(tk, *chat_tmpl, copt, a.system) : 0);
+    session.set_context_shift(
+        a.context.keep_for(lm.engine->n_ctx(), a.chat && a.context.keep < 0 ? preamble_tokens(tk, *chat_tmpl, copt, a.system) : 0));
   GenerateOptions opt;
   opt.max_tokens = a.n_predict;
   opt.stop = a.stop;

@@ -130,9 +130,21 @@ void ContextArgs::add(CLI::App* cmd) {
   cmd->add_option("--keep", keep,
                   "tokens kept at the start when the context is full and the oldest half of the rest is dropped "
                   "(default: the system prompt and chat-template preamble)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            return !v.empty() && v[0] == '-' ? "--keep must be 0 or more, not " + v : std::string();
+          },
+          "N>=0", "non-negative"));
   cmd->add_flag("--no-context-shift", [this](int64_t) { shift = false; },
                 "stop (or refuse the message) when the context is full instead of dropping old tokens");
+}
+
+int32_t ContextArgs::keep_for(int64_t n_ctx, int32_t preamble) const {
+  if (keep < 0) return preamble;
+  if (shift && keep + 2 > n_ctx)
+    fail("--keep {} leaves no tokens to drop in a context of {} (give a smaller --keep, a larger -c, or "
+         "--no-context-shift)", keep, n_ctx);
+  return keep;
 }
 
 int32_t preamble_tokens(const tok::Tokenizer& tk, const chat::ChatTemplate& tmpl, const chat::ChatOptions& opt,

@@ -81,6 +81,10 @@ struct ContextArgs {
 
   /// Adds --keep N and --no-context-shift.
   void add(CLI::App* cmd);
+  /// The tokens to keep for a context of `n_ctx` cells: --keep when given, else `preamble`.
+  /// Throws minfer::Error when a given --keep leaves fewer than 2 tokens to shift out (context
+  /// shift could then never make room), naming both values.
+  int32_t keep_for(int64_t n_ctx, int32_t preamble) const;
 };
 
 /// Tokens at the start of every conversation rendered by `tmpl` with `system` (the system prompt

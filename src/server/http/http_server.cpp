@@ -1,5 +1,6 @@
 #include "server/http/http_server.h"
 
+#include <algorithm>
 #include <httplib.h>
 
 #include <chrono>
@@ -416,6 +417,11 @@ void HttpServer::Impl::routes() {
     if (!res.body.empty()) return;
     std::string msg;
     if (res.status == 404) msg = fmt::format("no route for {} {}", req.method, req.path);
+    else if (res.status == 413 && req.get_header_value("Content-Type") == "application/x-www-form-urlencoded")
+      // cpp-httplib caps form-encoded bodies at 8,192 bytes whatever --max-body says; curl -d
+      // sends that content type unless told otherwise.
+      msg = "a request body sent as application/x-www-form-urlencoded is limited to 8192 bytes by the HTTP "
+            "library; send it with Content-Type: application/json";
     else if (res.status == 413) msg = "the request body is larger than --max-body";
     else msg = fmt::format("HTTP error {}", res.status);
     res.set_content(error_body(res.status, msg), "application/json");
@@ -437,7 +443,9 @@ HttpServer::HttpServer(const HttpOptions& options) : impl_(std::make_unique<Impl
   impl_->opt = options;
   Impl& m = *impl_;
   m.svr.set_payload_max_length(static_cast<size_t>(options.max_body));
-  m.svr.set_read_timeout(options.timeout_s, 0);
+  // Reading a request is bounded by a short timeout of its own (not --timeout), so clients that
+  // send their headers or body slowly cannot hold every worker thread for long.
+  m.svr.set_read_timeout(std::min<int>(options.timeout_s, kRequestReadTimeoutS), 0);
   m.svr.set_write_timeout(options.timeout_s, 0);
   const int threads = options.threads > 0 ? options.threads : 16;
   m.svr.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };

@@ -14,12 +14,16 @@
 
 namespace minfer::server {
 
+/// Seconds a client has to deliver a request's headers and body once its connection is read
+/// (cpp-httplib's read timeout): short, so a few slow clients cannot occupy the worker threads.
+inline constexpr int kRequestReadTimeoutS = 10;
+
 struct HttpOptions {
   std::string host = "127.0.0.1";
   int port = 8080;              ///< 0: any free port (the one bound is printed and returned by port())
   std::string api_key;          ///< empty: no key needed
   uint64_t max_body = uint64_t{8} << 20;
-  int timeout_s = 600;          ///< socket read/write timeout
+  int timeout_s = 600;          ///< socket write timeout (reads: at most kRequestReadTimeoutS)
   int threads = 0;              ///< HTTP worker threads (0: enough for the slots and the queue)
 };
 
