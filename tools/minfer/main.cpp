@@ -50,7 +50,7 @@ std::string extras_error(const std::vector<std::string>& extras) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"minfer: run GGUF language models (Qwen2/Qwen2.5/Qwen3) on CPUs and NVIDIA GPUs", "minfer"};
+  CLI::App app{"minfer: run GGUF language models (Qwen2/Qwen2.5/Qwen3, Llama 2/3.x, Mistral) on CPUs and NVIDIA GPUs", "minfer"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "minfer 0.1.0");
   minfer::cli::add_env_command(app);

@@ -353,6 +353,12 @@ void HttpServer::Impl::routes() {
       send_error(res, ApiError(503, "the model is loading"));
       return;
     }
+    // While draining (SIGTERM), a load balancer must stop sending traffic: 503 as llama-server
+    // answers while it cannot take requests.
+    if (model.scheduler->draining()) {
+      send_error(res, ApiError(503, "the server is shutting down"));
+      return;
+    }
     res.set_content(R"({"status":"ok"})", "application/json");
   });
   svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
