@@ -9,20 +9,29 @@
 # many tests were skipped and why.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install_deps.sh
+# No step reads the caller's standard input: a CI runner may hand over a pipe that never closes,
+# and a test that read it would wait forever.
+exec </dev/null
+# Each step's wall time and the CPU time of its processes, so a slow CI run says where it went.
+TIMEFORMAT='test.sh: %R s wall, %U s user, %S s system'
+step() { echo "test.sh: == $1"; }
+step "dependencies"
+time scripts/install_deps.sh
 jobs=$(nproc)
 ci=false
 [[ "${CI:-}" == "true" || "${CI:-}" == "1" ]] && ci=true
 # Tests, benchmarks and CUDA detection (AUTO: the CUDA code when nvcc is present) explicitly: the
 # set-up command configures the same build/ without tests and benchmarks, and with MINFER_CUDA=OFF
 # on a machine without a GPU, and CMake would keep those cached values.
+step "build"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DMINFER_WERROR=ON -DMINFER_BUILD_TESTS=ON \
   -DMINFER_BUILD_BENCH=ON -DMINFER_CUDA=AUTO
-cmake --build build -j"$jobs"
+time cmake --build build -j"$jobs"
 
 # --no-tests=error: a build that produced no tests is a failure, never an empty success.
 status=0
-ctest --test-dir build --output-on-failure --no-tests=error -j"$jobs" 2>&1 | tee build/ctest-output.txt ||
+step "ctest"
+time ctest --test-dir build --output-on-failure --no-tests=error -j"$jobs" 2>&1 | tee build/ctest-output.txt ||
   status=1
 
 # End to end: `minfer serve` on a loopback port driven by the official OpenAI Node client
@@ -30,8 +39,9 @@ ctest --test-dir build --output-on-failure --no-tests=error -j"$jobs" 2>&1 | tee
 # "N passed, M failed"; a failure fails the run.
 if ! build/tools/minfer/minfer serve -m /nonexistent.gguf --port 0 2>&1 | grep -q 'built without the server'; then
   command -v node >/dev/null 2>&1 || { echo "test.sh: node (20+) is needed for the server tests" >&2; exit 1; }
-  (cd tests/server && npm ci --no-audit --no-fund --loglevel=error)
-  timeout 1800 node tests/server/e2e.mjs --bin build/tools/minfer/minfer || status=1
+  step "server end to end"
+  time (cd tests/server && timeout 600 npm ci --no-audit --no-fund --loglevel=error)
+  time timeout 900 node tests/server/e2e.mjs --bin build/tools/minfer/minfer || status=1
 elif $ci; then
   echo "test.sh: minfer was built without the server (libcpp-httplib-dev missing); under CI that fails" >&2
   status=1
@@ -40,7 +50,8 @@ fi
 # Every fuzz target (scripts/fuzz.sh's list), 180 s shared among them; a finding fails the run.
 fuzz_note=""
 if $ci || command -v clang++-14 >/dev/null 2>&1 || command -v clang++ >/dev/null 2>&1; then
-  scripts/fuzz.sh 180 || status=1
+  step "fuzzing"
+  time scripts/fuzz.sh 180 || status=1
 else
   fuzz_note="fuzzing skipped: clang is not installed (scripts/install_deps.sh installs clang-14)"
 fi
@@ -59,4 +70,5 @@ if ((skipped > 0)) || [[ -n "$fuzz_note" ]]; then
   ((other > 0)) && echo "$other tests skipped for other reasons (see $log)"
   [[ -n "$fuzz_note" ]] && echo "$fuzz_note"
 fi
+echo "test.sh: all steps took ${SECONDS} s"
 exit "$status"
