@@ -327,6 +327,12 @@ async function main() {
     const health = await fetch(`${url}/health`);
     assertEq(health.status, 200, '/health needs no key');
     assertOpenAiError(await rawPost(url, '/v1/nothing', '{}'), 404, 'unknown path');
+    const wrongVerb = await fetch(`${url}/v1/chat/completions`, { signal: AbortSignal.timeout(5000) });
+    assertEq(wrongVerb.status, 405, 'GET on a POST route');
+    assertEq(wrongVerb.headers.get('allow'), 'POST', 'GET on a POST route: Allow header');
+    assertOpenAiError({ status: 405, json: await wrongVerb.json(), text: '' }, 405, 'GET on a POST route');
+    const postOnGet = await rawPost(url, '/health', '{}');
+    assertOpenAiError(postOnGet, 405, 'POST on a GET route');
     assertOpenAiError(await rawPost(url, '/v1/completions', JSON.stringify({ prompt: 'x'.repeat(MAX_BODY) })), 413, 'body over --max-body');
     // Through the client: its typed errors carry the status.
     let status = 0;

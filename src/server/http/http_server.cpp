@@ -7,7 +7,9 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <string_view>
 #include <thread>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -347,6 +349,19 @@ void HttpServer::Impl::generation(const httplib::Request& hreq, httplib::Respons
       });
 }
 
+namespace {
+/// The methods a route of routes() answers ("GET", "POST"), or "" for an unknown path.
+std::string_view route_methods(std::string_view path) {
+  static constexpr std::pair<std::string_view, std::string_view> kRoutes[] = {
+      {"/health", "GET"},         {"/metrics", "GET"},        {"/v1/models", "GET"},
+      {"/v1/chat/completions", "POST"}, {"/v1/completions", "POST"}, {"/tokenize", "POST"},
+      {"/detokenize", "POST"}};
+  for (const auto& [p, m] : kRoutes)
+    if (p == path) return m;
+  return {};
+}
+}  // namespace
+
 void HttpServer::Impl::routes() {
   svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     if (!ready) {
@@ -422,7 +437,14 @@ void HttpServer::Impl::routes() {
   svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     std::string msg;
-    if (res.status == 404) msg = fmt::format("no route for {} {}", req.method, req.path);
+    // A known path asked with another method is 405 with an Allow header (RFC 9110 section
+    // 15.5.6), not 404: the client has the right address and the wrong verb.
+    const std::string_view allowed = res.status == 404 ? route_methods(req.path) : std::string_view();
+    if (!allowed.empty()) {
+      res.status = 405;
+      res.set_header("Allow", std::string(allowed));
+      msg = fmt::format("{} takes {}, not {}", req.path, allowed, req.method);
+    } else if (res.status == 404) msg = fmt::format("no route for {} {}", req.method, req.path);
     else if (res.status == 413 && req.get_header_value("Content-Type") == "application/x-www-form-urlencoded")
       // cpp-httplib caps form-encoded bodies at 8,192 bytes whatever --max-body says; curl -d
       // sends that content type unless told otherwise.
