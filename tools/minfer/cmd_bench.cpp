@@ -384,10 +384,11 @@ void bench(const BenchArgs& args) {
   }
   if (tests.empty()) fail("bench: no tests to run (-p and -n are all 0 and no -pg was given)");
   const std::vector<std::string> ctk_given = a.ctk.empty() ? std::vector<std::string>{default_cache_type()} : a.ctk;
-  const auto ctv = split_list(a.ctv.empty() ? ctk_given : a.ctv, "-ctv");
-  const auto ctk = split_list(ctk_given, "-ctk");
-  for (const auto& k : ctk) (void)parse_kv_type(k);
-  for (const auto& v : ctv) (void)parse_kv_type(v);
+  auto ctv = split_list(a.ctv.empty() ? ctk_given : a.ctv, "-ctv");
+  auto ctk = split_list(ctk_given, "-ctk");
+  // Type names in any case; the table and JSON show them as minfer names them (q8_0).
+  for (auto& k : ctk) k = type_name(parse_kv_type(k));
+  for (auto& v : ctv) v = type_name(parse_kv_type(v));
   std::vector<int> thread_list;
   for (const int64_t th : int_list(a.threads, "-t", 1)) thread_list.push_back(resolve_thread_count(th, "-t"));
   if (thread_list.empty()) thread_list.push_back(resolve_thread_count(0, "-t"));
@@ -403,7 +404,6 @@ void bench(const BenchArgs& args) {
   const bool wants_cuda = std::any_of(devices.begin(), devices.end(), [](const std::string& d) { return d == "cuda"; }) ||
                           (devices == std::vector<std::string>{"auto"} &&
                            std::any_of(ngl_list.begin(), ngl_list.end(), [](int64_t n) { return n > 0; }));
-  if (wants_cuda) (void)create_backend(graph::BackendKind::Cuda, 1);
   if (ngl_list.empty()) ngl_list.push_back(-1);
   std::vector<Config> configs;
   for (const auto& dev : devices)
@@ -443,6 +443,7 @@ void bench(const BenchArgs& args) {
     for (const Config& c : configs) (void)row_device(c, n_layer, path);
     layer_counts.push_back(n_layer);
   }
+  if (wants_cuda) (void)create_backend(graph::BackendKind::Cuda, 1);
   std::vector<Result> results;
   for (size_t mi = 0; mi < model_paths.size(); ++mi) {
     const std::string& path = model_paths[mi];

@@ -91,7 +91,7 @@ void rewrite_llama_args(const CLI::App& app, std::vector<std::string>& args) {
         mapped = true;
         break;
       }
-    if (a == "--flash-attn" && (i + 1 == args.size() || !is_fa_value(args[i + 1]))) {
+    if (a == "--flash-attn" && (i + 1 == args.size() || (!is_fa_value(args[i + 1]) && args[i + 1].rfind('-', 0) == 0))) {
       args.insert(args.begin() + static_cast<std::ptrdiff_t>(i) + 1, "on");
       ++i;
       continue;

@@ -14,7 +14,7 @@ namespace minfer::cli {
 /// Rewrites `args` (argv without the program name; args[0] is normally the command) in place:
 /// - a known llama.cpp multi-letter single-dash option becomes its minfer long name
 ///   ("-ngl" -> "--n-gpu-layers");
-/// - `-fa` / `--flash-attn` without a value (llama.cpp's older flag form) gets "on";
+/// - `-fa` / `--flash-attn` followed by nothing or by an option (llama.cpp's older flag form) gets "on";
 /// - a llama.cpp option minfer does not offer (-hf, -mu, --mlock, --no-mmap, -sm ...) throws
 ///   minfer::Error naming it and what minfer offers instead;
 /// - any other multi-letter single-dash argument throws minfer::Error naming it, unless it is the
