@@ -231,6 +231,17 @@ const std::string& env_string(std::string_view name) {
   return it->second;
 }
 
+void env_override(std::string_view name, std::optional<std::string> value) {
+  const EnvVar& r = row(name);
+  Cache& c = cache();
+  std::lock_guard lock(c.mu);
+  const char* v = std::getenv(r.name);
+  std::string now = value ? *value : v ? std::string(v) : std::string(r.default_value);
+  auto it = c.values.find(name);
+  if (it == c.values.end()) c.values.emplace(std::string(name), std::move(now));
+  else it->second = std::move(now);
+}
+
 bool env_flag(std::string_view name) {
   check_kind(name, EnvKind::Flag);
   const std::string v = lower(env_string(name));

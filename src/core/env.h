@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -37,6 +38,12 @@ std::span<const EnvVar> env_table();
 /// The variable's value, or its default when unset. Throws minfer::Error for a name that is not
 /// in the table.
 const std::string& env_string(std::string_view name);
+
+/// Makes the process read `value` for the variable from now on (std::nullopt: the environment's
+/// value again), for command-line options that mirror one (-fa off is MINFER_CUDA_NO_FLASH_ATTN=1).
+/// Call it before creating what reads the variable, never while another thread may read it.
+/// Throws minfer::Error for a name that is not in the table.
+void env_override(std::string_view name, std::optional<std::string> value);
 
 /// Boolean gate: "1", "true", "yes", "on" are true; "0", "false", "no", "off" and "" are false
 /// (case-insensitive). Any other value throws minfer::Error naming the variable and the value.

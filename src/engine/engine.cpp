@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <cctype>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -99,8 +100,10 @@ NonFiniteLogitsError::NonFiniteLogitsError(std::string step, int32_t position_, 
       value(value_) {}
 
 graph::BackendKind parse_device(std::string_view name) {
-  if (name == "cpu") return BackendKind::Cpu;
-  if (name == "cuda" || name == "gpu") return BackendKind::Cuda;
+  std::string n(name);  // any case: "CPU", "CUDA" (llama.cpp's device names are upper case)
+  for (char& c : n) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (n == "cpu" || n == "none") return BackendKind::Cpu;  // llama.cpp's --device none: no GPU
+  if (n == "cuda" || n == "gpu" || n == "cuda0") return BackendKind::Cuda;  // CUDA0: llama.cpp's first GPU
   fail("device '{}' is not known (use cpu or cuda)", name);
 }
 

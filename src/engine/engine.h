@@ -76,7 +76,8 @@ class NonFiniteLogitsError : public Error {
   float value;       ///< its value (NaN, +Inf or -Inf)
 };
 
-/// Parses "cpu" / "cuda". Throws minfer::Error naming the value.
+/// Parses "cpu" / "cuda" in any case ("gpu", and llama.cpp's "CUDA0" and "none" too). Throws
+/// minfer::Error naming the value.
 graph::BackendKind parse_device(std::string_view name);
 
 class Engine {

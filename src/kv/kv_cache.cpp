@@ -1,6 +1,8 @@
 #include "kv/kv_cache.h"
 
 #include <algorithm>
+#include <cctype>
+#include <string>
 #include <limits>
 
 #include "core/error.h"
@@ -9,9 +11,11 @@
 namespace minfer {
 
 TensorType parse_kv_type(std::string_view name) {
-  if (name == "f32") return TensorType::F32;
-  if (name == "f16") return TensorType::F16;
-  if (name == "q8_0") return TensorType::Q8_0;
+  std::string n(name);  // any case: llama.cpp users write Q8_0 and F16
+  for (char& c : n) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (n == "f32") return TensorType::F32;
+  if (n == "f16") return TensorType::F16;
+  if (n == "q8_0") return TensorType::Q8_0;
   fail("KV cache type '{}' is not supported (use f32, f16 or q8_0)", name);
 }
 

@@ -16,7 +16,7 @@
 
 namespace minfer {
 
-/// Parses a KV format name: "f32", "f16", "q8_0". Throws minfer::Error naming the value.
+/// Parses a KV format name: "f32", "f16", "q8_0", in any case. Throws minfer::Error naming the value.
 TensorType parse_kv_type(std::string_view name);
 
 class KvCache {

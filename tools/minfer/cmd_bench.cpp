@@ -7,13 +7,17 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
+#include <fstream>
 #include <functional>
+#include <limits>
 #include <random>
 #include <utility>
 
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/printable.h"
 #include "core/log.h"
@@ -41,7 +45,9 @@ struct BenchArgs {
   int reps = 5;
   std::string output = "md";
   bool progress = false;
-  std::vector<std::string> ngl, fa;
+  bool no_warmup = false;
+  std::vector<std::string> ngl, fa, mmap;
+  const CLI::Option* device_opt = nullptr;  ///< was --device given?
 };
 
 // "1,2,3" and repeated flags both give lists (llama-bench accepts both). An empty entry
@@ -122,6 +128,8 @@ struct Config {
   int threads;
   int64_t n_batch, n_ubatch;
   std::string kv;
+  int64_t ngl = -1;        ///< -ngl as given (INT64_MAX: all), -1 when not given
+  std::string fa = "auto"; ///< on, off or auto
 };
 
 // llama.cpp's LLAMA_FTYPE names (include/llama.h, llama_model_ftype_name) for general.file_type.
@@ -151,7 +159,10 @@ double now_ns() {
 
 struct Result {
   std::string model_file, model_type, backend, kv, test;
+  std::string gpu_info, test_time;
   uint64_t size = 0, params = 0;
+  int64_t n_gpu_layers = 0;
+  bool flash_attn = false;
   Config cfg;
   Test t;
   std::vector<double> samples_ns, samples_ts;
@@ -239,8 +250,43 @@ void print_markdown(const std::vector<Result>& rs) {
   for (const Result& r : rs) row([&](const Column& c) { return c.cell(r); });
 }
 
+/// The CPU's name from /proc/cpuinfo ("model name"), "" when there is none.
+std::string cpu_info() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) {
+      const size_t value = line.find_first_not_of(" \t", line.find(':') + 1);
+      return value == std::string::npos ? std::string() : line.substr(value);
+    }
+  return {};
+}
+
+/// Now as ISO 8601 UTC ("2026-01-31T12:00:00Z"), llama-bench's test_time.
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+#ifndef MINFER_BUILD_COMMIT
+#define MINFER_BUILD_COMMIT "unknown"
+#endif
+#ifndef MINFER_BUILD_NUMBER
+#define MINFER_BUILD_NUMBER 0
+#endif
+
+/// llama-bench's JSON object (its field names, in its order where minfer has the field).
 nlohmann::ordered_json to_json(const Result& r) {
+  static const std::string cpu = cpu_info();
   nlohmann::ordered_json j;
+  j["build_commit"] = MINFER_BUILD_COMMIT;  // the git commit at configure time
+  j["build_number"] = MINFER_BUILD_NUMBER;  // commits up to it
+  j["cpu_info"] = cpu;
+  j["gpu_info"] = r.gpu_info;
   j["model_filename"] = r.model_file;
   j["model_type"] = r.model_type;
   j["model_size"] = r.size;
@@ -251,26 +297,79 @@ nlohmann::ordered_json to_json(const Result& r) {
   j["n_ubatch"] = r.cfg.n_ubatch;
   j["type_k"] = r.kv;
   j["type_v"] = r.kv;
+  j["n_gpu_layers"] = r.n_gpu_layers;
+  j["flash_attn"] = r.flash_attn;
   j["n_prompt"] = r.t.n_prompt;
   j["n_gen"] = r.t.n_gen;
   j["n_depth"] = r.t.n_depth;
   j["test"] = r.test;
+  j["test_time"] = r.test_time;
   double avg_ns = 0;
   for (double v : r.samples_ns) avg_ns += v;
-  avg_ns /= std::max<size_t>(1, r.samples_ns.size());
+  avg_ns /= static_cast<double>(std::max<size_t>(1, r.samples_ns.size()));
+  double var_ns = 0;
+  for (double v : r.samples_ns) var_ns += (v - avg_ns) * (v - avg_ns);
+  const double stddev_ns = r.samples_ns.size() < 2 ? 0.0 : std::sqrt(var_ns / static_cast<double>(r.samples_ns.size() - 1));
   j["avg_ns"] = static_cast<uint64_t>(avg_ns);
+  j["stddev_ns"] = static_cast<uint64_t>(stddev_ns);
   j["avg_ts"] = r.avg_ts();
   j["stddev_ts"] = r.stddev_ts();
-  j["samples_ns"] = r.samples_ns;
+  std::vector<uint64_t> ns;
+  for (double v : r.samples_ns) ns.push_back(static_cast<uint64_t>(v));
+  j["samples_ns"] = ns;
   j["samples_ts"] = r.samples_ts;
   return j;
 }
 
-void bench(const BenchArgs& a) {
+/// llama-bench's -o sql: a CREATE TABLE for the JSON object's fields, then one INSERT per result
+/// (integers and booleans INTEGER, other numbers REAL, the rest TEXT in single quotes).
+void print_sql(const std::vector<Result>& rs) {
+  if (rs.empty()) return;
+  const auto text = [](const nlohmann::ordered_json& v) -> std::string {
+    std::string raw;
+    if (v.is_string()) raw = v.get<std::string>();
+    else if (v.is_boolean()) return v.get<bool>() ? "1" : "0";
+    else if (v.is_number()) return v.dump();
+    else
+      for (const auto& e : v) raw += (raw.empty() ? "" : ",") + e.dump();
+    std::string out = "'";
+    for (const char c : printable(raw)) out += c == '\'' ? std::string("''") : std::string(1, c);
+    return out + "'";
+  };
+  const nlohmann::ordered_json first = to_json(rs.front());
+  std::printf("CREATE TABLE IF NOT EXISTS test (\n");
+  size_t i = 0;
+  for (const auto& [key, v] : first.items()) {
+    const char* type = v.is_number_integer() || v.is_boolean() ? "INTEGER" : v.is_number() ? "REAL" : "TEXT";
+    std::printf("  %s %s%s\n", key.c_str(), type, ++i < first.size() ? "," : "");
+  }
+  std::printf(");\n\n");
+  for (const Result& r : rs) {
+    const nlohmann::ordered_json j = to_json(r);
+    std::string keys, values;
+    for (const auto& [key, v] : j.items()) {
+      keys += (keys.empty() ? "" : ", ") + key;
+      values += (values.empty() ? "" : ", ") + text(v);
+    }
+    std::printf("INSERT INTO test (%s) VALUES (%s);\n", keys.c_str(), values.c_str());
+  }
+}
+
+void bench(const BenchArgs& args) {
+  BenchArgs a = args;
+  for (char& c : a.output) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (a.models.empty()) fail("bench: give at least one model with -m");
   if (a.reps < 1) fail("bench: -r {} must be at least 1", a.reps);
-  if (a.output != "md" && a.output != "json" && a.output != "jsonl" && a.output != "csv")
-    fail("bench: output format '{}' is not one of md, json, jsonl, csv", a.output);
+  if (a.output != "md" && a.output != "json" && a.output != "jsonl" && a.output != "csv" && a.output != "sql")
+    fail("bench: output format '{}' is not one of md, json, jsonl, csv, sql", args.output);
+  for (const std::string& m : split_list(a.mmap, "-mmp"))
+    if (m != "1") fail("bench: -mmp {} is not supported: minfer always maps the model file (-mmp 1)", m);
+  std::vector<std::string> fa_list;
+  for (const std::string& f : split_list(a.fa.empty() ? std::vector<std::string>{"auto"} : a.fa, "-fa"))
+    fa_list.push_back(parse_flash_attn(f));
+  std::vector<int64_t> ngl_list;
+  for (const std::string& n : split_list(a.ngl, "-ngl")) ngl_list.push_back(parse_gpu_layers(n));
+  const bool device_given = a.device_opt != nullptr && a.device_opt->count() > 0;
   // Every value is checked before any model is loaded. A 0 in -p / -n means "no such test"
   // (llama-bench's convention); negative counts are errors.
   std::vector<std::pair<int64_t, int64_t>> pgs;
@@ -285,21 +384,27 @@ void bench(const BenchArgs& a) {
   }
   if (tests.empty()) fail("bench: no tests to run (-p and -n are all 0 and no -pg was given)");
   const std::vector<std::string> ctk_given = a.ctk.empty() ? std::vector<std::string>{default_cache_type()} : a.ctk;
-  const auto ctv = split_list(a.ctv.empty() ? ctk_given : a.ctv, "-ctv");
-  const auto ctk = split_list(ctk_given, "-ctk");
-  for (const auto& k : ctk) (void)parse_kv_type(k);
-  for (const auto& v : ctv) (void)parse_kv_type(v);
+  auto ctv = split_list(a.ctv.empty() ? ctk_given : a.ctv, "-ctv");
+  auto ctk = split_list(ctk_given, "-ctk");
+  // Type names in any case; the table and JSON show them as minfer names them (q8_0).
+  for (auto& k : ctk) k = type_name(parse_kv_type(k));
+  for (auto& v : ctv) v = type_name(parse_kv_type(v));
   std::vector<int> thread_list;
   for (const int64_t th : int_list(a.threads, "-t", 1)) thread_list.push_back(resolve_thread_count(th, "-t"));
   if (thread_list.empty()) thread_list.push_back(resolve_thread_count(0, "-t"));
   const std::vector<int64_t> batches = int_list(a.n_batch, "-b", 1);
   const std::vector<int64_t> ubatches_given = int_list(a.n_ubatch, "-ub", 0);  // 0: the device's default
-  const std::vector<std::string> devices = split_list(a.devices, "--device");
-  for (const auto& dev : devices) (void)parse_device(dev);
-  // Every device is opened once before any run, so `--device cpu,cuda` without a usable GPU
-  // fails at once instead of after all the CPU runs (whose table would be lost).
-  for (const auto& dev : devices)
-    if (dev != "cpu") (void)create_backend(parse_device(dev), 1);
+  std::vector<std::string> devices;
+  for (const auto& dev : split_list(a.devices, "--device"))
+    devices.push_back(parse_device(dev) == graph::BackendKind::Cpu ? "cpu" : "cuda");
+  // -ngl without --device: each value is a row whose device it chooses (0: the CPU, else CUDA).
+  if (!ngl_list.empty() && !device_given) devices = {"auto"};
+  // Every device is opened once before any run, so `--device cpu,cuda` (or -ngl 99) without a
+  // usable GPU fails at once instead of after all the CPU runs (whose table would be lost).
+  const bool wants_cuda = std::any_of(devices.begin(), devices.end(), [](const std::string& d) { return d == "cuda"; }) ||
+                          (devices == std::vector<std::string>{"auto"} &&
+                           std::any_of(ngl_list.begin(), ngl_list.end(), [](int64_t n) { return n > 0; }));
+  if (ngl_list.empty()) ngl_list.push_back(-1);
   std::vector<Config> configs;
   for (const auto& dev : devices)
     for (const int th : thread_list)
@@ -309,19 +414,46 @@ void bench(const BenchArgs& a) {
             const std::string& v = k < ctv.size() ? ctv[k] : ctv.back();
             if (v != ctk[k]) fail("bench: different K and V cache types ({} / {}) are not supported", ctk[k], v);
             // The ubatch used (and reported): the device's default for 0, at most -b and 2^30.
-            const int64_t ub = std::min({ub_given > 0 ? ub_given : int64_t{default_ubatch(parse_device(dev))}, b,
-                                         int64_t{1} << 30});
-            configs.push_back({dev, th, b, ub, ctk[k]});
+            // n_ubatch holds -ub as given (0: the device's default) until the row's device is known.
+            for (const int64_t ngl : ngl_list)
+              for (const std::string& fa : fa_list) configs.push_back({dev, th, b, ub_given, ctk[k], ngl, fa});
           }
   // Every model file is opened and its GGUF header checked before the first run, so a bad path
   // in a list fails at once instead of after the runs of the models before it.
   const std::vector<std::string> model_paths = split_list(a.models, "-m");
-  for (const std::string& path : model_paths) (void)gguf::GgufFile::open(path);
-  std::vector<Result> results;
+  // The device of each row for each model: -ngl needs the model's layer count (its GGUF header);
+  // a value that would split the model between CPU and GPU is an error before any run.
+  const auto row_device = [&](const Config& c, int64_t n_layer, const std::string& path) -> std::string {
+    if (c.ngl < 0) return c.device;
+    const std::string wanted = c.ngl == 0 ? "cpu" : "cuda";
+    if (c.ngl > 0 && c.ngl < n_layer)
+      fail("bench: -ngl {}: {} has {} layers and minfer places a model whole, never split between CPU and GPU: give "
+           "-ngl 0 (CPU) or -ngl {} or more (GPU)", c.ngl, path, n_layer, n_layer);
+    if (c.device != "auto" && c.device != wanted)
+      fail("bench: -ngl {} puts the model on the {} but --device is {}: give one of them",
+           c.ngl == std::numeric_limits<int64_t>::max() ? std::string("all") : std::to_string(c.ngl),
+           wanted == "cpu" ? "CPU" : "GPU", c.device);
+    return wanted;
+  };
+  std::vector<int64_t> layer_counts;
   for (const std::string& path : model_paths) {
+    const auto f = gguf::GgufFile::open(path);
+    const std::string arch(f->get_string("general.architecture").value_or(""));
+    const int64_t n_layer = f->get_u32(arch + ".block_count").value_or(0);
+    for (const Config& c : configs) (void)row_device(c, n_layer, path);
+    layer_counts.push_back(n_layer);
+  }
+  if (wants_cuda) (void)create_backend(graph::BackendKind::Cuda, 1);
+  std::vector<Result> results;
+  for (size_t mi = 0; mi < model_paths.size(); ++mi) {
+    const std::string& path = model_paths[mi];
     auto model = Model::load(path);
     const HParams& h = model->hparams();
-    for (const Config& c : configs) {
+    for (Config c : configs) {
+      c.device = row_device(c, layer_counts[mi], path);
+      // The ubatch used (and reported): the device's default for 0, at most -b and 2^30.
+      c.n_ubatch = std::min({c.n_ubatch > 0 ? c.n_ubatch : int64_t{default_ubatch(parse_device(c.device))}, c.n_batch,
+                             int64_t{1} << 30});
       int64_t need = 0;
       for (const Test& t : tests) need = std::max(need, t.n_depth + t.n_prompt + t.n_gen);
       EngineConfig ec;
@@ -330,6 +462,8 @@ void bench(const BenchArgs& a) {
       ec.n_ctx = std::max<int64_t>(need + 1, 256);
       ec.n_ubatch = static_cast<int32_t>(c.n_ubatch);  // already the value used (configs above)
       ec.kv_type = parse_kv_type(c.kv);
+      apply_flash_attn(c.fa);  // for this row's backend (auto: as the environment has it)
+      const bool flash = ec.device == graph::BackendKind::Cuda && !env_flag("MINFER_CUDA_NO_FLASH_ATTN");
       Engine engine(model, ec);
       std::mt19937 rng(1234);
       for (const Test& t : tests) {
@@ -343,7 +477,14 @@ void bench(const BenchArgs& a) {
         r.cfg = c;
         r.t = t;
         r.test = t.name();
-        run_once(engine, t, c.n_batch, rng);  // warm-up
+        r.gpu_info = ec.device == graph::BackendKind::Cuda ? engine.backend().describe() : std::string();
+        // llama-bench's n_gpu_layers: -ngl as given, else 0 on the CPU and every layer on CUDA.
+        r.n_gpu_layers = c.ngl >= 0 && c.ngl != std::numeric_limits<int64_t>::max() ? c.ngl
+                         : ec.device == graph::BackendKind::Cuda                     ? h.n_layer
+                                                                                     : 0;
+        r.flash_attn = flash;
+        r.test_time = utc_now();
+        if (!a.no_warmup) run_once(engine, t, c.n_batch, rng);  // warm-up
         for (int rep = 0; rep < a.reps; ++rep) {
           const double ns = run_once(engine, t, c.n_batch, rng);
           r.samples_ns.push_back(ns);
@@ -357,6 +498,8 @@ void bench(const BenchArgs& a) {
   }
   if (a.output == "md") {
     print_markdown(results);
+  } else if (a.output == "sql") {
+    print_sql(results);
   } else if (a.output == "json") {
     nlohmann::ordered_json arr = nlohmann::ordered_json::array();
     for (const Result& r : results) arr.push_back(to_json(r));
@@ -404,13 +547,16 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--cache-type-k", a->ctk,
                   "KV cache type: f32, f16, q8_0 (list; also -ctk; default: $MINFER_CACHE_TYPE or f16)");
   cmd->add_option("--cache-type-v", a->ctv, "must equal the K type (list; also -ctv)");
-  cmd->add_option("--device", a->devices, "cpu or cuda (list)")->capture_default_str();
-  cmd->add_option("-o,--output", a->output, "md, json, jsonl or csv")->capture_default_str();
+  a->device_opt = cmd->add_option("--device", a->devices, "cpu or cuda (list; also -dev)")->capture_default_str();
+  cmd->add_option("-o,--output", a->output, "md, json, jsonl, csv or sql")->capture_default_str();
   cmd->add_flag("--progress", a->progress, "log each repetition");
-  // Accepted for llama-bench command-line compatibility: a model is placed on the GPU all or
-  // nothing (--device), and the CUDA backend always uses its flash-attention kernels.
-  cmd->add_option("--n-gpu-layers", a->ngl, "accepted for llama-bench compatibility (-ngl); use --device");
-  cmd->add_option("--flash-attn", a->fa, "accepted for llama-bench compatibility (-fa)");
+  cmd->add_flag("--no-warmup", a->no_warmup, "skip the untimed warm-up run before each test");
+  // llama-bench's -ngl: a model is placed whole, so 0 is a CPU row and the layer count or more a
+  // CUDA row; a value in between is an error.
+  cmd->add_option("--n-gpu-layers,--gpu-layers", a->ngl,
+                  "0: a CPU row, the layer count or more (or all): a CUDA row (list; also -ngl; instead of --device)");
+  cmd->add_option("--flash-attn", a->fa, "on, off or auto (list; also -fa): off takes CUDA prefill off the flash-attention kernel");
+  cmd->add_option("--mmap", a->mmap, "llama-bench's -mmp: only 1 (minfer always maps the model file)");
   cmd->callback([a] { bench(*a); });
 }
 

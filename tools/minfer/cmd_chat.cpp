@@ -1,15 +1,18 @@
 // `minfer chat`: interactive multi-turn chat. Each turn re-renders the conversation with the
 // chat template, and the Session reuses the KV cache for the part that is already there, so only
 // the new turn is processed. Works with piped stdin (one user message per line).
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <optional>
 #include <utility>
 
+#include "chat_mode.h"
 #include "commands.h"
 #include "core/error.h"
 #include "core/read_file.h"
@@ -20,18 +23,6 @@
 
 namespace minfer::cli {
 namespace {
-
-struct ChatArgs {
-  ModelArgs model;
-  SamplingArgs sampling;
-  std::string system;
-  std::string chat_template;
-  int32_t n_predict = 1024;
-  bool think = false;
-  bool no_think = false;
-  ContextArgs context;
-  std::string session_file;
-};
 
 /// The text `tmpl` puts after an assistant reply (as generated: without its end-of-turn token)
 /// up to the next reply: the end of that turn, the user message `user` and the generation
@@ -62,12 +53,85 @@ std::optional<chat::RenderedChat> next_turn_text(const chat::ChatTemplate& tmpl,
   return turn;
 }
 
-void chat(const ChatArgs& a) {
+constexpr const char* kChatHelp =
+    "  /help          this list\n"
+    "  /clear, /reset start a new conversation (the system prompt stays)\n"
+    "  /save FILE     save the conversation's KV cache; /load FILE restores one\n"
+    "  /bye, /exit    quit (also Ctrl-D; Ctrl-C at the prompt)\n"
+    "  a line ending in \\ continues on the next line; \"\"\" starts and ends a multi-line message\n"
+    "  Ctrl-C during a reply stops the reply and keeps the conversation\n";
+
+volatile std::sig_atomic_t g_generating = 0;   ///< a reply is being generated
+volatile std::sig_atomic_t g_interrupted = 0;  ///< Ctrl-C came during the reply
+
+/// SIGINT in an interactive chat: during a reply it ends the reply (the token callback sees the
+/// flag); at the prompt it ends the process, with a newline so that the shell prompt starts on a
+/// line of its own, and the exit status of a SIGINT (the default action re-raised).
+void on_interrupt(int sig) {
+  if (g_generating != 0) {
+    g_interrupted = 1;
+    return;
+  }
+  const char nl = '\n';
+  (void)!::write(STDOUT_FILENO, &nl, 1);
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
+void install_interrupt_handler() {
+  struct sigaction sa {};
+  sa.sa_handler = on_interrupt;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &sa, nullptr);
+}
+
+/// The next user message: one line (a trailing '\r' of CRLF input dropped), lines joined while
+/// they end in a backslash, or the lines between two lines of `"""`. False at end of input.
+bool read_message(LineReader& input, std::string& message, bool interactive) {
+  const auto next = [&](std::string& line) {
+    if (!input.next(line)) return false;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    return true;
+  };
+  std::string line;
+  if (!next(line)) return false;
+  if (line == "\"\"\"") {
+    message.clear();
+    bool first = true;
+    for (;;) {
+      if (interactive) {
+        std::fputs(". ", stdout);
+        std::fflush(stdout);
+      }
+      if (!next(line) || line == "\"\"\"") return true;  // end of input closes the block
+      message += (first ? "" : "\n") + line;
+      first = false;
+    }
+  }
+  message = line;
+  while (!message.empty() && message.back() == '\\') {
+    message.back() = '\n';
+    if (interactive) {
+      std::fputs(". ", stdout);
+      std::fflush(stdout);
+    }
+    if (!next(line)) break;
+    message += line;
+  }
+  if (!message.empty() && message.back() == '\n') message.pop_back();
+  return true;
+}
+
+}  // namespace
+
+void run_chat(const ChatArgs& a) {
   // Option values are checked before the (possibly multi-gigabyte) model is loaded.
   const SamplerParams sampling = a.sampling.params();
   chat::ChatOptions copt = chat_options(a.think, a.no_think);
   std::optional<chat::ChatTemplate> template_override = chat_template_override(a.chat_template);
   LoadedModel lm = load_model(a.model);
+  report_seed(sampling);  // after the load: an error before it stays the only line
   const tok::Tokenizer& tk = *lm.model->tokenizer();
   Sampler sampler(sampling);
   Session session(*lm.engine, tk);
@@ -98,18 +162,34 @@ void chat(const ChatArgs& a) {
     append = !session.tokens().empty();
   };
   if (!a.session_file.empty() && std::filesystem::exists(a.session_file)) load(a.session_file);
-  if (interactive)
-    std::fprintf(stderr, "minfer chat: type a message, /reset to start over, /save FILE, /load FILE, /exit to quit\n");
+  if (interactive) {
+    std::fprintf(stderr, "minfer chat: type a message (/help for commands, Ctrl-C stops a reply, /bye quits)\n");
+    install_interrupt_handler();
+  }
   std::string line;
   LineReader input(stdin, "stdin", kChatLineLimitBytes);
+  bool pending_first = !a.first_message.empty();
   for (;;) {
-    if (interactive) {
-      std::fputs("> ", stdout);
-      std::fflush(stdout);
+    if (pending_first) {
+      line = a.first_message;
+      pending_first = false;
+    } else {
+      if (interactive) {
+        std::fputs(a.color ? "\033[32m> \033[0m" : "> ", stdout);
+        std::fflush(stdout);
+      }
+      if (!read_message(input, line, interactive)) {
+        if (interactive) std::fputc('\n', stdout);  // the shell prompt starts on a line of its own
+        break;
+      }
     }
-    if (!input.next(line)) break;
-    if (line == "/exit" || line == "/quit") break;
-    if (line == "/reset") {
+    if (line == "/exit" || line == "/quit" || line == "/bye") break;
+    if (line == "/help" || line == "/?") {
+      std::fputs(kChatHelp, stdout);
+      std::fflush(stdout);
+      continue;
+    }
+    if (line == "/reset" || line == "/clear") {
       msgs.resize(a.system.empty() ? 0 : 1);
       session.reset();
       append = false;
@@ -130,6 +210,13 @@ void chat(const ChatArgs& a) {
       continue;
     }
     if (line.empty()) continue;
+    if (line[0] == '/' && line.rfind("//", 0) != 0) {
+      const std::string word = line.substr(0, line.find(' '));
+      std::fprintf(stderr, "minfer: unknown command %s (/help lists them; start a message with // to send a leading /)\n",
+                   printable(word).c_str());
+      continue;
+    }
+    if (line.rfind("//", 0) == 0) line.erase(0, 1);
     msgs.push_back({"user", line});
     std::vector<int32_t> ids;
     if (!append) {
@@ -178,12 +265,24 @@ void chat(const ChatArgs& a) {
     }
     GenerateOptions opt;
     opt.max_tokens = a.n_predict;
+    opt.stop = a.stop;
+    opt.stop_at_eog = !a.ignore_eos;
     GenerateStats st;
-    const std::string reply = session.generate(ids, sampler, opt, [](const std::string& piece) {
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
-      std::fflush(stdout);
-      return true;
-    }, &st);
+    g_interrupted = 0;
+    g_generating = 1;
+    std::string reply;
+    try {
+      reply = session.generate(ids, sampler, opt, [](const std::string& piece) {
+        std::fwrite(piece.data(), 1, piece.size(), stdout);
+        std::fflush(stdout);
+        return g_interrupted == 0;  // Ctrl-C: this reply ends here, the conversation goes on
+      }, &st);
+    } catch (...) {
+      g_generating = 0;
+      throw;
+    }
+    g_generating = 0;
+    if (g_interrupted != 0) st.stop_reason = "interrupted";
     std::fputc('\n', stdout);
     std::fflush(stdout);
     msgs.push_back({"assistant", reply});
@@ -197,14 +296,13 @@ void chat(const ChatArgs& a) {
   }
 }
 
-}  // namespace
 
 void add_chat_command(CLI::App& app) {
   auto args = std::make_shared<ChatArgs>();
   auto* cmd = app.add_subcommand("chat", "Interactive multi-turn chat (also reads piped stdin, one message per line)");
   args->model.add(cmd);
   args->sampling.add(cmd);
-  cmd->add_option("--system", args->system, "system prompt");
+  cmd->add_option("--system,--system-prompt", args->system, "system prompt (also -sys)");
   cmd->add_option("--chat-template", args->chat_template, "override the chat template: 'chatml' (built-in) or a Jinja template file");
   cmd->add_option("-n,--n-predict", args->n_predict, "most tokens per reply")->capture_default_str();
   cmd->add_flag("--think", args->think, "Qwen3: enable_thinking=true (the template's default when neither flag is given)");
@@ -212,7 +310,23 @@ void add_chat_command(CLI::App& app) {
   args->context.add(cmd);
   cmd->add_option("--session", args->session_file,
                   "KV session file: restore the conversation from it (when it exists) and save it after each turn");
-  cmd->callback([args] { chat(*args); });
+  cmd->add_option("--stop,-r,--reverse-prompt", args->stop, "stop string: a reply ends before it (repeatable)");
+  cmd->add_flag("--ignore-eos", args->ignore_eos, "replies go on past the end-of-generation token (until -n)");
+  cmd->add_flag("--color", args->color, "show the prompt in colour");
+  // Accepted for llama-cli command lines: chat is interactive, and escapes are processed by default.
+  auto no_escape = std::make_shared<bool>(false);
+  auto accepted = std::make_shared<bool>(false);
+  cmd->add_flag("-i,--interactive,--conversation", *accepted, "accepted for llama-cli command lines (chat is interactive)");
+  cmd->add_flag("-e,--escape", *accepted, "process escapes (\\n, \\t, \\xHH ...) in --system and --stop (the default)");
+  cmd->add_flag("--no-escape", *no_escape, "take --system and --stop literally");
+  cmd->callback([args, no_escape, accepted] {
+    ChatArgs a = *args;
+    if (!*no_escape) {
+      a.system = process_escapes(a.system);
+      for (std::string& s : a.stop) s = process_escapes(s);
+    }
+    run_chat(a);
+  });
 }
 
 }  // namespace minfer::cli

@@ -17,6 +17,7 @@
 #include "engine/generate.h"
 #include "options.h"
 #include "chat/chat.h"
+#include "chat_mode.h"
 
 namespace minfer::cli {
 namespace {
@@ -38,6 +39,13 @@ struct RunArgs {
   std::string prompt_cache;
   bool prompt_cache_all = false;
   bool prompt_cache_ro = false;
+  bool conversation = false;     ///< -cnv/-i: the interactive chat (chat_mode.h)
+  bool single_turn = false;      ///< -st: one chat turn, as --chat
+  bool escape = true;            ///< -e/--escape: the default, accepted
+  bool no_conversation = false;  ///< -no-cnv: accepted (run is one prompt)
+  bool no_escape = false;        ///< --no-escape (-e/--escape, the default, processes \n and the like)
+  bool color = false;
+  bool ignore_eos = false;
 };
 
 /// One stderr line: "minfer: prompt cache: <verb> N tokens, B bytes, T ms (G GB/s): FILE".
@@ -48,6 +56,27 @@ void report_session_io(const char* verb, size_t tokens, const std::string& path,
   std::fprintf(stderr, "minfer: prompt cache: %s %zu tokens, %llu bytes, %.1f ms (%.2f GB/s): %s\n", verb, tokens,
                static_cast<unsigned long long>(ec ? 0 : bytes), s * 1e3, s > 0 && !ec ? static_cast<double>(bytes) / s / 1e9 : 0.0,
                printable(path).c_str());
+}
+
+/// run -cnv / -i: llama-cli's conversation mode is `minfer chat`, with -p (or -f) as the first
+/// message when given.
+void run_conversation(const RunArgs& a) {
+  ChatArgs c;
+  c.model = a.model;
+  c.sampling = a.sampling;
+  c.system = a.system;
+  c.chat_template = a.chat_template;
+  c.n_predict = a.n_predict;
+  c.think = a.think;
+  c.no_think = a.no_think;
+  c.context = a.context;
+  c.stop = a.stop;
+  c.ignore_eos = a.ignore_eos;
+  c.color = a.color;
+  c.first_message = a.prompt;
+  if (!a.file.empty()) c.first_message = read_file_bytes(a.file, "prompt file", kPromptLimitBytes);
+  if (c.first_message == "-") fail("-p - (stdin) cannot be the first message of -cnv: stdin is the conversation");
+  run_chat(c);
 }
 
 void run(const RunArgs& a) {
@@ -64,6 +93,7 @@ void run(const RunArgs& a) {
   // The model (and its device, thread and cache options) loads before a '-' prompt is read, so
   // none of their errors waits for the end of stdin.
   LoadedModel lm = load_model(a.model);
+  report_seed(sampling);  // after the load: an error before it stays the only line
   if (a.file.empty() && prompt == "-") prompt = read_fd_bytes(STDIN_FILENO, "stdin (-p -)", kPromptLimitBytes);
   const tok::Tokenizer& tk = *lm.model->tokenizer();
   std::vector<int32_t> ids;
@@ -87,6 +117,7 @@ void run(const RunArgs& a) {
   GenerateOptions opt;
   opt.max_tokens = a.n_predict;
   opt.stop = a.stop;
+  opt.stop_at_eog = !a.ignore_eos;
   // --prompt-cache: the longest prefix the file shares with this prompt is reused (Session's
   // prefill keeps the common prefix); a file that is refused is one warning and is rewritten.
   std::vector<int32_t> cached;  // what the prompt cache file holds (when it was restored)
@@ -110,7 +141,9 @@ void run(const RunArgs& a) {
       };
   }
   if (!a.no_display_prompt && !a.chat) {
+    if (a.color) std::fputs("\033[33m", stdout);  // llama-cli's --color: the prompt stands apart
     std::fwrite(prompt.data(), 1, prompt.size(), stdout);
+    if (a.color) std::fputs("\033[0m", stdout);
     std::fflush(stdout);
   }
   GenerateStats st;
@@ -147,23 +180,45 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("-p,--prompt", args->prompt, "prompt text ('-' reads stdin)");
   cmd->add_option("-f,--file", args->file, "read the prompt from a file");
   cmd->add_option("-n,--n-predict", args->n_predict, "tokens to generate (-1: until the context is full)")->capture_default_str();
-  auto* chat = cmd->add_flag("--chat", args->chat, "format the prompt with the model's chat template (one user turn)");
-  // These only shape the chat template's input: without --chat they would be ignored, so they
-  // are usage errors ("--think requires --chat"); --help shows "Needs: --chat" beside each.
-  cmd->add_option("--system", args->system, "system prompt")->needs(chat);
-  cmd->add_option("--chat-template", args->chat_template, "override the chat template: 'chatml' (built-in) or a Jinja template file")->needs(chat);
-  cmd->add_flag("--think", args->think, "Qwen3: enable_thinking=true (the template's default when neither flag is given)")->needs(chat);
-  cmd->add_flag("--no-think", args->no_think, "Qwen3: enable_thinking=false (an empty think block)")->needs(chat);
-  cmd->add_option("--stop", args->stop, "stop string (repeatable)");
+  cmd->add_flag("--chat", args->chat, "format the prompt with the model's chat template (one user turn; also -st)");
+  cmd->add_flag("--single-turn", args->single_turn, "llama-cli's -st: as --chat");
+  cmd->add_flag("-i,--interactive,--conversation", args->conversation,
+                "interactive chat, as `minfer chat` (also -cnv); -p or -f is the first message");
+  cmd->add_flag("--no-conversation", args->no_conversation, "llama-cli's -no-cnv: accepted (run is one prompt unless -cnv)");
+  // These only shape the chat template's input: without --chat (or -cnv) they would be ignored,
+  // so they are usage errors ("--think requires --chat"), checked in the callback.
+  cmd->add_option("--system,--system-prompt", args->system, "system prompt (also -sys; needs --chat or -cnv)");
+  cmd->add_option("--chat-template", args->chat_template, "override the chat template: 'chatml' (built-in) or a Jinja template file (needs --chat or -cnv)");
+  cmd->add_flag("--think", args->think, "Qwen3: enable_thinking=true (the template's default when neither flag is given; needs --chat or -cnv)");
+  cmd->add_flag("--no-think", args->no_think, "Qwen3: enable_thinking=false (an empty think block; needs --chat or -cnv)");
+  cmd->add_option("--stop,-r,--reverse-prompt", args->stop, "stop string (repeatable)");
   cmd->add_flag("--no-display-prompt", args->no_display_prompt, "do not echo the prompt");
+  cmd->add_flag("-e,--escape", args->escape, "process escapes (\\n, \\t, \\xHH ...) in -p, --system and --stop (the default)");
+  cmd->add_flag("--no-escape", args->no_escape, "take -p, --system and --stop literally");
+  cmd->add_flag("--color", args->color, "show the echoed prompt in colour");
+  cmd->add_flag("--ignore-eos", args->ignore_eos, "go on past the end-of-generation token (until -n or a stop string)");
   args->context.add(cmd);
   auto* pc = cmd->add_option("--prompt-cache", args->prompt_cache,
                              "KV session file: reuse the prefix it shares with the prompt, save it after the prompt");
   cmd->add_flag("--prompt-cache-all", args->prompt_cache_all, "also save the generated tokens to the prompt cache")->needs(pc);
   cmd->add_flag("--prompt-cache-ro", args->prompt_cache_ro, "use the prompt cache but never write it")->needs(pc);
   cmd->callback([args] {
-    if (args->prompt.empty() && args->file.empty()) fail("give a prompt with -p TEXT or -f FILE");
-    run(*args);
+    RunArgs a = *args;
+    a.chat = a.chat || a.single_turn;
+    if (!a.chat && !a.conversation) {
+      if (!a.system.empty()) fail("--system requires --chat (or -cnv)");
+      if (!a.chat_template.empty()) fail("--chat-template requires --chat (or -cnv)");
+      if (a.think) fail("--think requires --chat (or -cnv)");
+      if (a.no_think) fail("--no-think requires --chat (or -cnv)");
+    }
+    if (!a.no_escape) {  // llama-cli's -e, on by default: not for -f files or stdin
+      if (a.prompt != "-") a.prompt = process_escapes(a.prompt);
+      a.system = process_escapes(a.system);
+      for (std::string& s : a.stop) s = process_escapes(s);
+    }
+    if (a.conversation) return run_conversation(a);
+    if (a.prompt.empty() && a.file.empty()) fail("give a prompt with -p TEXT or -f FILE");
+    run(a);
   });
 }
 

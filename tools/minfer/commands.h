@@ -7,11 +7,14 @@
 
 namespace minfer::cli {
 
-/// llama.cpp-style single-dash multi-letter options and the long option each one means.
+/// llama.cpp-style single-dash multi-letter options and the long option each one means
+/// (llama.cpp's common/arg.cpp and llama-bench spellings; rewrite_llama_args applies them).
 inline constexpr std::pair<const char*, const char*> kLlamaStyleOptions[] = {
     {"-ub", "--ubatch-size"}, {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"},
     {"-pg", "--pg"},          {"-ngl", "--n-gpu-layers"}, {"-fa", "--flash-attn"},
     {"-np", "--parallel"},
+    {"-cnv", "--conversation"}, {"-no-cnv", "--no-conversation"}, {"-st", "--single-turn"},
+    {"-sys", "--system-prompt"}, {"-co", "--color"}, {"-mmp", "--mmap"}, {"-dev", "--device"},
 };
 
 void add_env_command(CLI::App& app);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "llama_args.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "core/printable.h"
@@ -63,17 +64,17 @@ int main(int argc, char** argv) {
   minfer::cli::add_quantize_command(app);
   minfer::cli::add_synth_command(app);
   minfer::cli::add_serve_command(app);
-  // llama.cpp's tools take multi-letter single-dash options (-ub, -ctk, -pg ...), which CLI11 does
-  // not allow; map them to their long names so users' command lines work unchanged.
-  std::vector<std::string> args(argv, argv + argc);
-  // An argument that is the value of a text option (a prompt "-ub") is left as it is.
-  for (size_t i = 1; i < args.size(); ++i) {
-    const std::string& prev = args[i - 1];
-    if (prev == "-p" || prev == "--prompt" || prev == "--system" || prev == "--stop") continue;
-    for (const auto& [shrt, lng] : minfer::cli::kLlamaStyleOptions)
-      if (args[i] == shrt) args[i] = lng;
+  // llama.cpp's tools take multi-letter single-dash options (-ngl, -ctk, -sys ...), which CLI11
+  // would split into a short option and a value: map the known ones to their long names, refuse
+  // the rest (llama_args.h).
+  std::vector<std::string> args(argv + 1, argv + argc);
+  try {
+    minfer::cli::rewrite_llama_args(app, args);
+  } catch (const minfer::Error& e) {
+    std::fprintf(stderr, "minfer: error: %s\n", minfer::printable(e.what()).c_str());
+    return 1;
   }
-  const std::span<const std::string> given(args.begin() + 1, args.end());
+  const std::span<const std::string> given(args.begin(), args.end());
   if (const std::optional<std::string> e = unknown_command_error(app, given)) {
     std::fprintf(stderr, "minfer: error: %s\n", e->c_str());
     return 1;
@@ -87,8 +88,7 @@ int main(int argc, char** argv) {
   app.parse_complete_callback([&command_name] {
     if (command_name != "env") minfer::env_check();
   });
-  args.erase(args.begin());                 // CLI11 wants the arguments without the program name,
-  std::reverse(args.begin(), args.end());  // in reverse order
+  std::reverse(args.begin(), args.end());  // CLI11 wants the arguments in reverse order
   try {
     app.parse(args);
   } catch (const CLI::CallForHelp& e) {

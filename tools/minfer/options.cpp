@@ -1,6 +1,9 @@
 #include "options.h"
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
+#include <cstdio>
 #include <limits>
 #include <random>
 
@@ -20,14 +23,50 @@ std::string default_cache_type() {
 
 void ModelArgs::add(CLI::App* cmd) {
   cmd->add_option("-m,--model", model, "GGUF model file")->required();
-  cmd->add_option("--device", device, "cpu or cuda")->capture_default_str();
+  device_opt = cmd->add_option("--device", device, "cpu or cuda (also -dev)")->capture_default_str();
   cmd->add_option("-t,--threads", threads, "CPU threads (default: all cores)");
   cmd->add_option("-c,--ctx-size", ctx, "context size in tokens (default: min(training context, 4096))");
-  cmd->add_option("-u,--ubatch-size", ubatch, "most tokens per forward pass (default: 512 on the CPU, 2048 on CUDA)");
+  cmd->add_option("-u,--ubatch-size", ubatch, "most tokens per forward pass (default: 512 on the CPU, 2048 on CUDA; also -ub)");
   cmd->add_option("--cache-type", cache_type, "KV cache format: f32, f16 or q8_0 (default: $MINFER_CACHE_TYPE or f16)");
+  cmd->add_option("--cache-type-k", cache_type_k, "K cache format (also -ctk; default: --cache-type's)");
+  cmd->add_option("--cache-type-v", cache_type_v, "V cache format (also -ctv; default: -ctk's, else --cache-type's); must equal K's");
+  cmd->add_option("--n-gpu-layers,--gpu-layers", gpu_layers,
+                  "llama.cpp's -ngl: 0 runs on the CPU, the layer count or more (or 'all') on CUDA; a model is placed whole");
+  cmd->add_option("--flash-attn", flash_attn, "on, off or auto (also -fa): off takes CUDA prefill off the flash-attention kernel")
+      ->capture_default_str();
+  cmd->add_option("-b,--batch-size", batch, "llama.cpp's logical batch: the ubatch is at most this");
+  cmd->add_flag("--no-warmup", no_warmup, "accepted for llama.cpp command lines (minfer runs no warm-up pass)");
 }
 
-EngineConfig ModelArgs::engine_config() const {
+int64_t parse_gpu_layers(const std::string& value) {
+  if (value == "all" || value == "-1") return std::numeric_limits<int64_t>::max();
+  const int64_t v = parse_int_option(value, "-ngl", "0 for the CPU, or the layer count or more / all for the GPU");
+  if (v < 0) fail("-ngl {} must be 0 (CPU), or the layer count or more, or all (GPU)", value);
+  return v;
+}
+
+namespace {
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+}  // namespace
+
+std::string parse_flash_attn(const std::string& value) {
+  const std::string v = lower(value);
+  if (v == "on" || v == "1" || v == "true") return "on";
+  if (v == "off" || v == "0" || v == "false") return "off";
+  if (v == "auto") return "auto";
+  fail("-fa/--flash-attn '{}' is not one of on, off, auto", value);
+}
+
+void apply_flash_attn(const std::string& fa) {
+  env_override("MINFER_CUDA_NO_FLASH_ATTN",
+               fa == "off" ? std::optional<std::string>("1") : fa == "on" ? std::optional<std::string>("0") : std::nullopt);
+}
+
+EngineConfig ModelArgs::engine_config(int64_t n_layer) const {
   EngineConfig c;
   c.device = parse_device(device);
   c.n_threads = resolve_thread_count(threads, "-t");
@@ -35,8 +74,85 @@ EngineConfig ModelArgs::engine_config() const {
   c.n_ctx = ctx;
   if (ubatch < 0) fail("-u/--ubatch-size {} must be positive (or 0 for the device's default)", ubatch);
   c.n_ubatch = ubatch;
-  c.kv_type = parse_kv_type(cache_type.empty() ? default_cache_type() : cache_type);
+  if (batch < 0) fail("-b/--batch-size {} must be positive", batch);
+  // K and V: -ctk / -ctv, else --cache-type, else MINFER_CACHE_TYPE or f16; V follows a given -ctk.
+  const std::string base = cache_type.empty() ? default_cache_type() : cache_type;
+  const std::string k = cache_type_k.empty() ? base : cache_type_k;
+  const std::string v = !cache_type_v.empty() ? cache_type_v : !cache_type.empty() ? cache_type : k;
+  c.kv_type = parse_kv_type(k);
+  if (parse_kv_type(v) != c.kv_type)
+    fail("K cache type {} and V cache type {} differ: minfer's attention kernels read one KV format, give the "
+         "same type to both (-ctk/-ctv, or --cache-type)", k, v);
+  (void)parse_flash_attn(flash_attn);
+  if (!gpu_layers.empty()) {
+    const int64_t ngl = parse_gpu_layers(gpu_layers);
+    const bool device_given = device_opt != nullptr && device_opt->count() > 0;
+    if (ngl == 0) {
+      if (device_given && c.device != graph::BackendKind::Cpu)
+        fail("-ngl 0 puts the model on the CPU but --device is {}: give one of them", device);
+      c.device = graph::BackendKind::Cpu;
+    } else if (n_layer >= 0) {
+      if (ngl < n_layer)
+        fail("-ngl {}: the model has {} layers and minfer places a model whole, never split between CPU and GPU: "
+             "give -ngl 0 (CPU) or -ngl {} or more (GPU)", gpu_layers, n_layer, n_layer);
+      if (device_given && c.device != graph::BackendKind::Cuda)
+        fail("-ngl {} puts the model on the GPU but --device is {}: give one of them", gpu_layers, device);
+      c.device = graph::BackendKind::Cuda;
+    }
+  }
+  if (batch > 0) c.n_ubatch = static_cast<int32_t>(std::min<int64_t>(c.n_ubatch > 0 ? c.n_ubatch : default_ubatch(c.device), batch));
   return c;
+}
+
+std::string process_escapes(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  const auto hex = [](char ch) -> int {
+    if (ch >= '0' && ch <= '9') return ch - '0';
+    if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+    return -1;
+  };
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '\\' || i + 1 == text.size()) {
+      out += text[i];
+      continue;
+    }
+    const char e = text[i + 1];
+    char byte = 0;
+    switch (e) {
+      case 'n': byte = '\n'; break;
+      case 'r': byte = '\r'; break;
+      case 't': byte = '\t'; break;
+      case 'a': byte = '\a'; break;
+      case 'b': byte = '\b'; break;
+      case 'f': byte = '\f'; break;
+      case 'v': byte = '\v'; break;
+      case '\\': byte = '\\'; break;
+      case '\'': byte = '\''; break;
+      case '"': byte = '"'; break;
+      case 'x':
+        if (i + 3 < text.size() && hex(text[i + 2]) >= 0 && hex(text[i + 3]) >= 0) {
+          out += static_cast<char>(hex(text[i + 2]) * 16 + hex(text[i + 3]));
+          i += 3;
+          continue;
+        }
+        out += text[i];
+        continue;
+      default:
+        out += text[i];  // not an escape: the backslash stays
+        continue;
+    }
+    out += byte;
+    ++i;
+  }
+  return out;
+}
+
+void report_seed(const SamplerParams& p) {
+  if (p.temp <= 0.0f) return;
+  std::fprintf(stderr, "minfer: sampling seed %llu (--seed %llu repeats this run)\n",
+               static_cast<unsigned long long>(p.seed), static_cast<unsigned long long>(p.seed));
 }
 
 void SamplingArgs::add(CLI::App* cmd) {
@@ -113,9 +229,11 @@ chat::ChatTemplate chat_template_for(std::optional<chat::ChatTemplate> override_
 
 LoadedModel load_model(const ModelArgs& args) {
   LoadedModel lm;
-  const EngineConfig cfg = args.engine_config();
+  (void)args.engine_config();  // the option values are checked before the model loads
   lm.model = Model::load(args.model);
   const Model& m = *lm.model;
+  const EngineConfig cfg = args.engine_config(m.hparams().n_layer);  // -ngl needs the layer count
+  apply_flash_attn(parse_flash_attn(args.flash_attn));
   if (m.tokenizer() == nullptr) fail("{}: the file has no tokenizer (tokenizer.ggml.* metadata)", args.model);
   lm.engine = std::make_unique<Engine>(lm.model, cfg);
   const HParams& h = m.hparams();

@@ -27,11 +27,44 @@ struct ModelArgs {
   int64_t ctx = 0;
   int32_t ubatch = 0;  ///< 0: default_ubatch(device)
   std::string cache_type;  ///< "" = MINFER_CACHE_TYPE or f16
+  std::string cache_type_k, cache_type_v;  ///< -ctk / -ctv ("": --cache-type's)
+  std::string gpu_layers;  ///< -ngl as given ("": not given)
+  std::string flash_attn = "auto";  ///< -fa on|off|auto
+  int64_t batch = 0;       ///< -b: llama.cpp's logical batch; caps the ubatch (0: not given)
+  bool no_warmup = false;  ///< --no-warmup: accepted (minfer runs no warm-up pass)
+  const CLI::Option* device_opt = nullptr;  ///< set by add(): was --device given?
 
-  /// Adds -m/--model, --device, -t/--threads, -c/--ctx-size, -ub/--ubatch-size, --cache-type.
+  /// Adds -m/--model, --device, -t/--threads, -c/--ctx-size, -ub/--ubatch-size, --cache-type,
+  /// -ctk/-ctv, -ngl/--n-gpu-layers, -fa/--flash-attn, -b/--batch-size, --no-warmup.
   void add(CLI::App* cmd);
-  EngineConfig engine_config() const;
+  /// The engine's configuration. With `n_layer` >= 0 (the loaded model's layer count) a given
+  /// -ngl chooses the device: 0 the CPU, n_layer or more ("all", -1) CUDA; anything in between
+  /// throws minfer::Error (a model is placed all or nothing), as does an -ngl that contradicts a
+  /// given --device. Without it (before the model loads) only the values are checked.
+  /// Also throws for K and V cache types that differ (the attention kernels read one KV format).
+  EngineConfig engine_config(int64_t n_layer = -1) const;
 };
+
+/// -ngl VALUE: a whole number >= 0, or "all" / -1 (every layer: returned as INT64_MAX).
+/// Throws minfer::Error naming the option and the value. Shared with bench's -ngl lists.
+int64_t parse_gpu_layers(const std::string& value);
+
+/// -fa VALUE (llama.cpp: on|off|auto, also 1|0|true|false, any case) as "on", "off" or "auto".
+/// Throws minfer::Error naming the value.
+std::string parse_flash_attn(const std::string& value);
+
+/// Applies -fa to the backends created next: on CUDA "off" takes the prefill attention off the
+/// flash-attention kernel (MINFER_CUDA_NO_FLASH_ATTN=1), "on" puts it back, "auto" leaves the
+/// environment's choice; the CPU backend has one attention path, so there it changes nothing.
+void apply_flash_attn(const std::string& fa);
+
+/// llama-cli's -e/--escape processing of prompt text: \n \r \t \\ \' \" \a \b \f \v
+/// and \xHH become the bytes they name; any other backslash is kept as it is.
+std::string process_escapes(std::string_view text);
+
+/// One stderr line naming the seed of a sampled run (temp > 0), so that --seed repeats it
+/// (llama.cpp prints its sampler seed likewise). Nothing for greedy decoding.
+void report_seed(const SamplerParams& p);
 
 struct SamplingArgs {
   float temp = 0.8f;
