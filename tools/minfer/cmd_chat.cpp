@@ -31,6 +31,7 @@ struct ChatArgs {
   bool no_think = false;
   ContextArgs context;
   std::string session_file;
+  SpeculativeArgs spec;
 };
 
 /// The text `tmpl` puts after an assistant reply (as generated: without its end-of-turn token)
@@ -65,9 +66,12 @@ std::optional<chat::RenderedChat> next_turn_text(const chat::ChatTemplate& tmpl,
 void chat(const ChatArgs& a) {
   // Option values are checked before the (possibly multi-gigabyte) model is loaded.
   const SamplerParams sampling = a.sampling.params();
+  bool speculate = false;
+  a.spec.params(&speculate);  // bad speculative options are reported before any model loads
   chat::ChatOptions copt = chat_options(a.think, a.no_think);
   std::optional<chat::ChatTemplate> template_override = chat_template_override(a.chat_template);
   LoadedModel lm = load_model(a.model);
+  const SpeculativeSetup spec = make_speculator(a.spec, a.model, lm, sampling);
   const tok::Tokenizer& tk = *lm.model->tokenizer();
   Sampler sampler(sampling);
   Session session(*lm.engine, tk);
@@ -178,6 +182,7 @@ void chat(const ChatArgs& a) {
     }
     GenerateOptions opt;
     opt.max_tokens = a.n_predict;
+    opt.speculator = spec.speculator.get();
     GenerateStats st;
     const std::string reply = session.generate(ids, sampler, opt, [](const std::string& piece) {
       std::fwrite(piece.data(), 1, piece.size(), stdout);
@@ -212,6 +217,7 @@ void add_chat_command(CLI::App& app) {
   args->context.add(cmd);
   cmd->add_option("--session", args->session_file,
                   "KV session file: restore the conversation from it (when it exists) and save it after each turn");
+  args->spec.add(cmd);
   cmd->callback([args] { chat(*args); });
 }
 

@@ -12,6 +12,7 @@ inline constexpr std::pair<const char*, const char*> kLlamaStyleOptions[] = {
     {"-ub", "--ubatch-size"}, {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"},
     {"-pg", "--pg"},          {"-ngl", "--n-gpu-layers"}, {"-fa", "--flash-attn"},
     {"-np", "--parallel"},
+    {"-md", "--model-draft"},
 };
 
 void add_env_command(CLI::App& app);
