@@ -228,7 +228,7 @@ TEST_F(SpeculativeCpu, SampledDraftEqualToTargetAcceptsEverything) {
   opt.speculator = &self;
   GenerateStats st;
   session.generate(encode(kCodePrompts[1]), sampler, opt, {}, &st);
-  EXPECT_EQ(st.generated_tokens, 24);
+  EXPECT_EQ(st.generated_tokens, 48);
   EXPECT_GT(st.drafted, 0);
   EXPECT_EQ(st.accepted, st.drafted);
 }
