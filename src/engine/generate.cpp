@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "engine/speculative.h"
 #include "tokenizer/detokenizer.h"
 
 namespace minfer {
@@ -98,18 +99,16 @@ std::string Session::generate(std::span<const int32_t> prompt, Sampler& sampler,
     }
     return true;
   };
-  for (;;) {
+  // Takes a sampled token: stops at end-of-generation or the token budget (false, with the
+  // stop reason set), else appends its text, cuts at a stop string and streams what is settled.
+  const auto take = [&](int32_t id) {
     if (opt.max_tokens >= 0 && st.generated_tokens >= opt.max_tokens) {
       st.stop_reason = "length";
-      break;
+      return false;
     }
-    // A padded embedding (more rows than the tokenizer has tokens; Model::from_file refuses
-    // fewer) never yields an id the tokenizer cannot decode: only its ids are candidates.
-    if (logits.size() > static_cast<size_t>(tok_.n_vocab())) logits = logits.first(static_cast<size_t>(tok_.n_vocab()));
-    const int32_t id = sampler.sample(logits, history);
     if (opt.stop_at_eog && tok_.is_eog(id)) {
       st.stop_reason = "eog";
-      break;
+      return false;
     }
     ++st.generated_tokens;
     history.push_back(id);
@@ -126,27 +125,81 @@ std::string Session::generate(std::span<const int32_t> prompt, Sampler& sampler,
     if (stopped) {
       emit(text.size());
       st.stop_reason = "stop";
-      break;
+      return false;
     }
     if (!emit(text.size() - held_suffix(text, opt.stop))) {
       st.stop_reason = "cancelled";
-      break;
+      return false;
     }
-    if (engine_.n_past() + 1 >= engine_.n_ctx() && !(context_shift() && shift_context())) {
-      st.stop_reason = "context";
-      break;
+    return true;
+  };
+  // A padded embedding (more rows than the tokenizer has tokens; Model::from_file refuses
+  // fewer) never yields an id the tokenizer cannot decode: only its ids are candidates.
+  const auto n_tok = static_cast<size_t>(tok_.n_vocab());
+  if (logits.size() > n_tok) logits = logits.first(n_tok);
+  if (opt.speculator == nullptr) {
+    for (;;) {
+      if (opt.max_tokens >= 0 && st.generated_tokens >= opt.max_tokens) {
+        st.stop_reason = "length";
+        break;
+      }
+      if (!take(sampler.sample(logits, history))) break;
+      if (engine_.n_past() + 1 >= engine_.n_ctx() && !(context_shift() && shift_context())) {
+        st.stop_reason = "context";
+        break;
+      }
+      const int32_t one[1] = {history.back()};
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        logits = engine_.decode_view(one);
+      } catch (const NonFiniteLogitsError& e) {
+        throw e.with_step(fmt::format("decode step {}", st.decoded_tokens + 1));
+      }
+      st.decode_ms += ms_since(t0);
+      ++st.decoded_tokens;
+      ++st.target_forwards;
+      tokens_.push_back(one[0]);
+      if (logits.size() > n_tok) logits = logits.first(n_tok);
     }
-    const int32_t one[1] = {id};
-    const auto t0 = std::chrono::steady_clock::now();
-    try {
-      logits = engine_.decode_view(one);
-    } catch (const NonFiniteLogitsError& e) {
-      throw e.with_step(fmt::format("decode step {}", st.decoded_tokens + 1));
+  } else {
+    Speculator& spec = *opt.speculator;
+    const SpeculativeStats before = spec.stats();
+    std::vector<int32_t> next{sampler.sample(logits, history)};
+    for (bool go = true; go;) {
+      // `next`: tokens decided by the last round; all but the last are in the cache already.
+      for (size_t i = 0; i < next.size() && go; ++i) {
+        go = take(next[i]);
+        if (go && i + 1 < next.size()) tokens_.push_back(next[i]);
+      }
+      if (!go) break;
+      if (engine_.n_past() + 1 >= engine_.n_ctx() && !(context_shift() && shift_context())) {
+        st.stop_reason = "context";
+        break;
+      }
+      // The verify batch (the last token and k drafts) must leave a cell free, as a plain
+      // decode does; drafts past the token budget would be thrown away.
+      int32_t k_cap = static_cast<int32_t>(engine_.n_ctx() - engine_.n_past() - 2);
+      if (opt.max_tokens >= 0) k_cap = std::min(k_cap, opt.max_tokens - st.generated_tokens - 1);
+      std::vector<int32_t> ctx(tokens_);
+      ctx.push_back(history.back());
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        next = spec.step(engine_, ctx, sampler, tok_.n_vocab(), k_cap);
+      } catch (const NonFiniteLogitsError& e) {
+        engine_.truncate(static_cast<int32_t>(tokens_.size()));
+        throw e.with_step(fmt::format("speculative step after {} generated tokens", st.generated_tokens));
+      }
+      st.decode_ms += ms_since(t0);
+      tokens_.push_back(ctx.back());
+      st.decoded_tokens += static_cast<int32_t>(next.size());  // the last token and the accepted drafts
+      ++st.target_forwards;
     }
-    st.decode_ms += ms_since(t0);
-    ++st.decoded_tokens;
-    tokens_.push_back(id);
+    // A stop inside the accepted drafts leaves later ones in the cache: drop them.
+    engine_.truncate(static_cast<int32_t>(tokens_.size()));
+    st.drafted = spec.stats().drafted - before.drafted;
+    st.accepted = spec.stats().accepted - before.accepted;
   }
+  generated_.assign(history.begin() + static_cast<std::ptrdiff_t>(prompt.size()), history.end());
   text += detok.flush();
   emit(text.size());
   return text;

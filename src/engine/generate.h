@@ -16,6 +16,8 @@
 
 namespace minfer {
 
+class Speculator;
+
 struct GenerateOptions {
   int32_t max_tokens = 256;          ///< < 0: until the context is full
   std::vector<std::string> stop;     ///< stop strings (not included in the output)
@@ -23,17 +25,27 @@ struct GenerateOptions {
   /// Called once the prompt is in the cache, before the first token is sampled (run's
   /// --prompt-cache saves there). Exceptions propagate.
   std::function<void()> after_prefill;
+  /// Speculative decoding (engine/speculative.h): when set, each step drafts and verifies
+  /// through it; greedy output is unchanged, sampled output keeps the target's distribution.
+  /// Not owned; must use this Session's engine as its target.
+  Speculator* speculator = nullptr;
 };
 
 struct GenerateStats {
   int32_t prompt_tokens = 0;         ///< tokens prefilled by this call (after cache reuse)
   int32_t reused_tokens = 0;         ///< prompt tokens already in the KV cache
   int32_t generated_tokens = 0;
-  int32_t decoded_tokens = 0;        ///< one-token forward passes (timed in decode_ms)
+  int32_t decoded_tokens = 0;        ///< tokens put into the KV cache after the prompt (timed in decode_ms)
+  int32_t target_forwards = 0;       ///< forward passes after the prompt (one token each without speculation)
+  int64_t drafted = 0;               ///< speculation: tokens proposed to the target
+  int64_t accepted = 0;              ///< speculation: of those, kept
   double prefill_ms = 0.0;
   double decode_ms = 0.0;
   std::string stop_reason;           ///< "eog", "length", "stop", "context"
   double prefill_tps() const { return prompt_tokens > 0 && prefill_ms > 0 ? prompt_tokens / (prefill_ms / 1e3) : 0.0; }
+  /// Generated tokens per forward pass of the target after the prompt.
+  double tokens_per_forward() const { return target_forwards > 0 ? static_cast<double>(generated_tokens) / target_forwards : 0.0; }
+  double acceptance() const { return drafted > 0 ? static_cast<double>(accepted) / static_cast<double>(drafted) : 0.0; }
   double decode_tps() const { return decoded_tokens > 0 && decode_ms > 0 ? decoded_tokens / (decode_ms / 1e3) : 0.0; }
 };
 
@@ -57,11 +69,14 @@ class Session {
   /// UTF-8 piece as it is produced (stop strings held back until resolved) and may return
   /// false to stop early. Returns the generated text. Throws NonFiniteLogitsError naming the
   /// step ("decode step 3 (position 17): logits contain NaN ...") when a sampled row holds a NaN
-  /// or an infinity: nothing is sampled from it.
+  /// or an infinity: nothing is sampled from it. With opt.speculator, decode_ms times whole
+  /// rounds (drafting, verifying, sampling).
   std::string generate(std::span<const int32_t> prompt, Sampler& sampler, const GenerateOptions& opt,
                        const std::function<bool(const std::string&)>& on_text, GenerateStats* stats);
 
   const std::vector<int32_t>& tokens() const { return tokens_; }
+  /// The tokens the last generate() produced (GenerateStats::generated_tokens of them).
+  const std::vector<int32_t>& generated() const { return generated_; }
   void reset();
 
   /// Context shift: when generate() finds the context full, it keeps the first `n_keep` tokens,
@@ -88,6 +103,7 @@ class Session {
   Engine& engine_;
   const tok::Tokenizer& tok_;
   std::vector<int32_t> tokens_;  ///< what sequence 0 of the cache holds (token i at position i)
+  std::vector<int32_t> generated_;
   int32_t shift_keep_ = -1;
   int32_t shifts_ = 0;
 };

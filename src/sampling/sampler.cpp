@@ -28,7 +28,7 @@ int32_t argmax(std::span<const float> logits) {
 
 Sampler::Sampler(const SamplerParams& params) : p_(params), rng_(params.seed) { validate(p_); }
 
-int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
+size_t Sampler::prepare(std::span<const float> logits, std::span<const int32_t> history) {
   if (logits.empty()) fail("sampling: no logits");
   const bool penalize = p_.penalty_last_n > 0 &&
                         (p_.repeat_penalty != 1.0f || p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f);
@@ -46,17 +46,22 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   };
 
   if (p_.temp <= 0.0f) {
-    if (!penalize) return argmax(logits);
     int32_t best = 0;
-    float best_l = penalized(0, logits[0]);
-    for (size_t i = 1; i < logits.size(); ++i) {
-      const float l = penalized(static_cast<int32_t>(i), logits[i]);
-      if (l > best_l) {
-        best_l = l;
-        best = static_cast<int32_t>(i);
+    if (!penalize) {
+      best = argmax(logits);
+    } else {
+      float best_l = penalized(0, logits[0]);
+      for (size_t i = 1; i < logits.size(); ++i) {
+        const float l = penalized(static_cast<int32_t>(i), logits[i]);
+        if (l > best_l) {
+          best_l = l;
+          best = static_cast<int32_t>(i);
+        }
       }
     }
-    return best;
+    cand_.assign(1, {0.0f, best});
+    w_.assign(1, 1.0);
+    return 1;
   }
 
   cand_.resize(logits.size());
@@ -93,18 +98,46 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
     while (keep < n && prob[keep] >= floor) ++keep;
     n = keep;
   }
-  // Temperature, then draw.
-  std::vector<double> w(n);
+  // Temperature.
+  w_.resize(n);
+  for (size_t i = 0; i < n; ++i) w_[i] = std::exp(static_cast<double>(cand_[i].first - mx) / static_cast<double>(p_.temp));
+  return n;
+}
+
+int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
+  const size_t n = prepare(logits, history);
+  if (p_.temp <= 0.0f) return cand_[0].second;
   double total = 0.0;
-  for (size_t i = 0; i < n; ++i)
-    total += w[i] = std::exp(static_cast<double>(cand_[i].first - mx) / static_cast<double>(p_.temp));
+  for (size_t i = 0; i < n; ++i) total += w_[i];
   std::uniform_real_distribution<double> u(0.0, total);
   double r = u(rng_);
   for (size_t i = 0; i < n; ++i) {
-    r -= w[i];
+    r -= w_[i];
     if (r < 0.0) return cand_[i].second;
   }
   return cand_[n - 1].second;
+}
+
+void Sampler::distribution(std::span<const float> logits, std::span<const int32_t> history, TokenDistribution& out) {
+  const size_t n = prepare(logits, history);
+  double total = 0.0;
+  for (size_t i = 0; i < n; ++i) total += w_[i];
+  out.resize(n);
+  for (size_t i = 0; i < n; ++i) out[i] = {cand_[i].second, w_[i] / total};
+}
+
+double Sampler::uniform() { return std::uniform_real_distribution<double>(0.0, 1.0)(rng_); }
+
+int32_t Sampler::draw(const TokenDistribution& dist) {
+  if (dist.empty()) fail("sampling: empty distribution");
+  double total = 0.0;
+  for (const auto& [id, p] : dist) total += p;
+  double r = std::uniform_real_distribution<double>(0.0, total)(rng_);
+  for (const auto& [id, p] : dist) {
+    r -= p;
+    if (r < 0.0) return id;
+  }
+  return dist.back().first;
 }
 
 }  // namespace minfer

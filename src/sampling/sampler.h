@@ -29,6 +29,10 @@ void validate(const SamplerParams& p);
 /// Index of the largest logit, lowest index on ties. n > 0.
 int32_t argmax(std::span<const float> logits);
 
+/// A processed next-token distribution: (token id, probability) pairs with probabilities > 0
+/// summing to 1, most likely first (ties: lowest id first). Ids not listed have probability 0.
+using TokenDistribution = std::vector<std::pair<int32_t, double>>;
+
 class Sampler {
  public:
   explicit Sampler(const SamplerParams& params);
@@ -37,12 +41,29 @@ class Sampler {
   /// tokens generated/seen so far in this sequence (for penalties).
   int32_t sample(std::span<const float> logits, std::span<const int32_t> history);
 
+  /// The distribution sample() draws from, after penalties, top-k, top-p, min-p and
+  /// temperature: for temp <= 0 the one token sample() picks with probability 1. Speculative
+  /// sampling compares these of target and draft (engine/speculative.h). Draws nothing.
+  void distribution(std::span<const float> logits, std::span<const int32_t> history, TokenDistribution& out);
+  /// One token drawn from `dist` (weights need not sum to 1; each must be >= 0) with this
+  /// sampler's generator. Throws minfer::Error for an empty `dist`.
+  int32_t draw(const TokenDistribution& dist);
+  /// A uniform draw in [0, 1) from this sampler's generator.
+  double uniform();
+  /// True when sample() is an argmax (temp <= 0).
+  bool greedy() const { return p_.temp <= 0.0f; }
+
   const SamplerParams& params() const { return p_; }
 
  private:
+  /// Fills cand_[0..n) with the surviving candidates (most likely first) and w_[0..n) with their
+  /// unnormalized weights at the temperature; returns n (>= 1). Greedy: n = 1, the argmax.
+  size_t prepare(std::span<const float> logits, std::span<const int32_t> history);
+
   SamplerParams p_;
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> cand_;  ///< scratch (logit/prob, id)
+  std::vector<double> w_;                        ///< scratch: weights of cand_'s first n
 };
 
 }  // namespace minfer

@@ -23,6 +23,7 @@ struct ChatArgs {
   bool ignore_eos = false;        ///< --ignore-eos: replies end only at -n (or a stop string)
   bool color = false;             ///< --color: the "> " prompt in colour
   std::string first_message;      ///< run -cnv -p TEXT: sent as the first user message
+  SpeculativeArgs spec;           ///< -md / --lookup: speculative decoding of the replies
 };
 
 /// Runs the chat loop on stdin/stdout until end of input or /exit. Throws minfer::Error for

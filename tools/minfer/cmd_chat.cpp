@@ -128,9 +128,12 @@ bool read_message(LineReader& input, std::string& message, bool interactive) {
 void run_chat(const ChatArgs& a) {
   // Option values are checked before the (possibly multi-gigabyte) model is loaded.
   const SamplerParams sampling = a.sampling.params();
+  bool speculate = false;
+  a.spec.params(&speculate);  // bad speculative options are reported before any model loads
   chat::ChatOptions copt = chat_options(a.think, a.no_think);
   std::optional<chat::ChatTemplate> template_override = chat_template_override(a.chat_template);
   LoadedModel lm = load_model(a.model);
+  const SpeculativeSetup spec = make_speculator(a.spec, a.model, lm, sampling);
   report_seed(sampling);  // after the load: an error before it stays the only line
   const tok::Tokenizer& tk = *lm.model->tokenizer();
   Sampler sampler(sampling);
@@ -267,6 +270,7 @@ void run_chat(const ChatArgs& a) {
     opt.max_tokens = a.n_predict;
     opt.stop = a.stop;
     opt.stop_at_eog = !a.ignore_eos;
+    opt.speculator = spec.speculator.get();
     GenerateStats st;
     g_interrupted = 0;
     g_generating = 1;
@@ -310,6 +314,7 @@ void add_chat_command(CLI::App& app) {
   args->context.add(cmd);
   cmd->add_option("--session", args->session_file,
                   "KV session file: restore the conversation from it (when it exists) and save it after each turn");
+  args->spec.add(cmd);
   cmd->add_option("--stop,-r,--reverse-prompt", args->stop, "stop string: a reply ends before it (repeatable)");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "replies go on past the end-of-generation token (until -n)");
   cmd->add_flag("--color", args->color, "show the prompt in colour");

@@ -46,6 +46,7 @@ struct RunArgs {
   bool no_escape = false;        ///< --no-escape (-e/--escape, the default, processes \n and the like)
   bool color = false;
   bool ignore_eos = false;
+  SpeculativeArgs spec;
 };
 
 /// One stderr line: "minfer: prompt cache: <verb> N tokens, B bytes, T ms (G GB/s): FILE".
@@ -73,6 +74,7 @@ void run_conversation(const RunArgs& a) {
   c.stop = a.stop;
   c.ignore_eos = a.ignore_eos;
   c.color = a.color;
+  c.spec = a.spec;
   c.first_message = a.prompt;
   if (!a.file.empty()) c.first_message = read_file_bytes(a.file, "prompt file", kPromptLimitBytes);
   if (c.first_message == "-") fail("-p - (stdin) cannot be the first message of -cnv: stdin is the conversation");
@@ -82,6 +84,8 @@ void run_conversation(const RunArgs& a) {
 void run(const RunArgs& a) {
   // Option values are checked before the (possibly multi-gigabyte) model is loaded.
   const SamplerParams sampling = a.sampling.params();
+  bool speculate = false;
+  a.spec.params(&speculate);  // bad speculative options are reported before any model loads
   std::optional<chat::ChatTemplate> template_override;
   chat::ChatOptions copt;
   if (a.chat) {
@@ -93,6 +97,7 @@ void run(const RunArgs& a) {
   // The model (and its device, thread and cache options) loads before a '-' prompt is read, so
   // none of their errors waits for the end of stdin.
   LoadedModel lm = load_model(a.model);
+  const SpeculativeSetup spec = make_speculator(a.spec, a.model, lm, sampling);
   report_seed(sampling);  // after the load: an error before it stays the only line
   if (a.file.empty() && prompt == "-") prompt = read_fd_bytes(STDIN_FILENO, "stdin (-p -)", kPromptLimitBytes);
   const tok::Tokenizer& tk = *lm.model->tokenizer();
@@ -118,6 +123,7 @@ void run(const RunArgs& a) {
   opt.max_tokens = a.n_predict;
   opt.stop = a.stop;
   opt.stop_at_eog = !a.ignore_eos;
+  opt.speculator = spec.speculator.get();
   // --prompt-cache: the longest prefix the file shares with this prompt is reused (Session's
   // prefill keeps the common prefix); a file that is refused is one warning and is rewritten.
   std::vector<int32_t> cached;  // what the prompt cache file holds (when it was restored)
@@ -165,6 +171,11 @@ void run(const RunArgs& a) {
                st.prompt_tokens, st.prompt_tokens == 1 ? "" : "s", reused.c_str(), st.prefill_tps(), st.generated_tokens,
                st.generated_tokens == 1 ? "" : "s", st.decode_tps(),
                st.stop_reason.c_str());
+  if (spec.speculator)
+    std::fprintf(stderr,
+                 "minfer: speculative (%s): drafted %lld, accepted %lld (%.1f%%), %.2f tokens per target forward\n",
+                 spec.draft.engine ? "draft model" : "prompt lookup", static_cast<long long>(st.drafted),
+                 static_cast<long long>(st.accepted), 100.0 * st.acceptance(), st.tokens_per_forward());
   if (session.shifts() > 0)
     std::fprintf(stderr, "minfer: context shifted %d time%s (--no-context-shift stops at the full context instead)\n",
                  session.shifts(), session.shifts() == 1 ? "" : "s");
@@ -202,6 +213,7 @@ void add_run_command(CLI::App& app) {
                              "KV session file: reuse the prefix it shares with the prompt, save it after the prompt");
   cmd->add_flag("--prompt-cache-all", args->prompt_cache_all, "also save the generated tokens to the prompt cache")->needs(pc);
   cmd->add_flag("--prompt-cache-ro", args->prompt_cache_ro, "use the prompt cache but never write it")->needs(pc);
+  args->spec.add(cmd);
   cmd->callback([args] {
     RunArgs a = *args;
     a.chat = a.chat || a.single_turn;

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <random>
 
@@ -277,6 +279,85 @@ int32_t preamble_tokens(const tok::Tokenizer& tk, const chat::ChatTemplate& tmpl
   size_t n = 0;
   while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
   return static_cast<int32_t>(n);
+}
+
+// ---- speculative decoding (run, chat) ----
+
+void SpeculativeArgs::add(CLI::App* cmd) {
+  cmd->add_option("--model-draft", draft_model, "draft model for speculative decoding (same vocabulary)");
+  cmd->add_option("--spec-draft-n-max,--draft-max,--draft-n", n_max, "most tokens drafted per step (default 16)");
+  cmd->add_option("--spec-draft-n-min,--draft-min,--draft-n-min", n_min, "fewer drafted tokens than this: no verify (default 0)");
+  cmd->add_option("--spec-draft-p-min,--draft-p-min", p_min,
+                  "stop drafting where the draft's top probability is below this (default 0.75)");
+  cmd->add_option("--lookup", lookup, "prompt lookup speculation with N-grams (no draft model)");
+  cmd->add_option("--spec-type", type, "none, draft (with -md) or ngram-simple (prompt lookup, default N 3)");
+  cmd->add_option("--device-draft", device, "device of the draft model: cpu or cuda (default: --device)");
+}
+
+SpeculativeParams SpeculativeArgs::params(bool* enabled) const {
+  SpeculativeParams p;
+  const auto int_of = [](const std::string& v, const char* name, int64_t lo, int64_t hi) {
+    const std::string range = fmt::format("{} to {}", lo, hi);
+    const int64_t x = parse_int_option(v, name, range);
+    if (x < lo || x > hi) fail("{} {} is out of range: {}", name, x, range);
+    return static_cast<int32_t>(x);
+  };
+  if (!n_max.empty()) p.n_max = int_of(n_max, "--spec-draft-n-max", 1, 256);
+  if (!n_min.empty()) p.n_min = int_of(n_min, "--spec-draft-n-min", 0, 256);
+  if (!p_min.empty()) {
+    size_t used = 0;
+    float v = -1.0f;
+    try {
+      v = std::stof(p_min, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != p_min.size() || !(v >= 0.0f && v <= 1.0f))
+      fail("--spec-draft-p-min '{}' is not a probability (a number from 0 to 1)", printable(p_min));
+    p.p_min = v;
+  }
+  if (!lookup.empty()) p.lookup_n = int_of(lookup, "--lookup", 1, 64);
+  if (!type.empty() && type != "none" && type != "draft" && type != "ngram-simple")
+    fail("--spec-type '{}' is not known (use none, draft or ngram-simple)", printable(type));
+  if (type == "ngram-simple" && p.lookup_n == 0) p.lookup_n = 3;
+  if (type == "draft" && draft_model.empty()) fail("--spec-type draft needs a draft model (-md FILE)");
+  if (!draft_model.empty() && p.lookup_n > 0)
+    fail("-md/--model-draft and prompt lookup (--lookup, --spec-type ngram-simple) exclude each other");
+  if (!device.empty()) parse_device(device);
+  if (!draft_model.empty()) {
+    // Before any model loads, so that a wrong path is the only line printed.
+    std::FILE* f = std::fopen(draft_model.c_str(), "rb");
+    if (f == nullptr) fail("{}: cannot open the draft model (-md): {}", printable(draft_model), std::strerror(errno));
+    std::fclose(f);
+  }
+  validate(p);
+  *enabled = type != "none" && (!draft_model.empty() || p.lookup_n > 0);
+  return p;
+}
+
+SpeculativeSetup make_speculator(const SpeculativeArgs& args, const ModelArgs& target_args, const LoadedModel& target,
+                                 const SamplerParams& sampling) {
+  SpeculativeSetup s;
+  bool enabled = false;
+  SpeculativeParams p = args.params(&enabled);
+  if (!enabled) return s;
+  p.seed = sampling.seed ^ 0x9E3779B97F4A7C15ull;  // the draft's own stream, fixed by --seed
+  if (p.lookup_n > 0) {
+    s.speculator = std::make_unique<Speculator>(p, sampling);
+    return s;
+  }
+  ModelArgs d = target_args;
+  d.model = args.draft_model;
+  if (!args.device.empty()) d.device = args.device;
+  d.ctx = target.engine->n_ctx();
+  d.ubatch = 0;
+  s.draft = load_model(d);
+  check_vocab_compatible(*target.model->tokenizer(), *s.draft.model->tokenizer(), target_args.model, d.model);
+  const double ratio = static_cast<double>(s.draft.model->weight_bytes()) /
+                       static_cast<double>(std::max<uint64_t>(target.model->weight_bytes(), 1));
+  s.speculator = std::make_unique<Speculator>(*s.draft.engine, s.draft.model->tokenizer()->n_vocab(), p, sampling,
+                                              ratio);
+  return s;
 }
 
 }  // namespace minfer::cli

@@ -11,6 +11,7 @@
 
 #include "chat/chat.h"
 #include "engine/engine.h"
+#include "engine/speculative.h"
 #include "sampling/sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -133,5 +134,33 @@ struct LoadedModel {
 /// Loads the model (one line on stderr: name, architecture, size, device) and creates its
 /// engine. Throws minfer::Error with a one-line message on any failure.
 LoadedModel load_model(const ModelArgs& args);
+
+// ---- speculative decoding (run, chat) ----
+
+/// -md/--model-draft, --spec-draft-n-max/-n-min/-p-min (and the older --draft-max, --draft-min,
+/// --draft-p-min), --lookup N, --spec-type, --device-draft: llama.cpp 80fb11ac's spellings.
+struct SpeculativeArgs {
+  std::string draft_model;
+  std::string device;       ///< "" = the target's --device
+  std::string n_max, n_min, p_min, lookup, type;  ///< as given ("" = default)
+
+  /// Adds the options to `cmd`.
+  void add(CLI::App* cmd);
+  /// The parameters, checked (minfer::Error naming the option and value); `enabled` false when
+  /// neither a draft model nor lookup was asked for.
+  SpeculativeParams params(bool* enabled) const;
+};
+
+/// What run and chat keep alive for speculation: the draft model and engine (absent for
+/// lookup) and the Speculator (absent when speculation is off).
+struct SpeculativeSetup {
+  LoadedModel draft;
+  std::unique_ptr<Speculator> speculator;
+};
+/// Loads the draft (checking its vocabulary against the target's: one-line minfer::Error naming
+/// the first differing token) with the target's threads, context and KV type, or sets up
+/// lookup; nothing when speculation is off. `sampling` is the target's sampler parameters.
+SpeculativeSetup make_speculator(const SpeculativeArgs& args, const ModelArgs& target_args, const LoadedModel& target,
+                                 const SamplerParams& sampling);
 
 }  // namespace minfer::cli
