@@ -172,8 +172,9 @@ bool Scheduler::step(StepReport* report) {
   for (Slot& s : slots_)
     if (s.state != SlotState::Idle && s.req->cancelled) finish(s, FinishReason::Cancelled);
 
-  // The batch: one token of every decoding slot (slot order), then a chunk of the prompt of the
-  // oldest slot still prefilling.
+  // The batch: one token of every decoding slot (slot order), then up to `chunk` prompt tokens
+  // taken from the slots still prefilling, oldest admission first: each takes what is left of its
+  // prompt or of the budget, so several short prompts share one step and a long one is chunked.
   Batch b;
   struct Row {
     int32_t slot;
@@ -191,25 +192,36 @@ bool Scheduler::step(StepReport* report) {
     rows.push_back({static_cast<int32_t>(i), true});
     ++rep.decode_tokens;
   }
-  int32_t pf = -1;
+  struct Chunk {
+    int32_t slot;
+    size_t from, end;  ///< prompt positions [from, end) in this step
+  };
+  std::vector<int32_t> prefilling;
   for (size_t i = 0; i < slots_.size(); ++i)
-    if (slots_[i].state == SlotState::Prefill && (pf < 0 || slots_[i].admitted < slots_[static_cast<size_t>(pf)].admitted))
-      pf = static_cast<int32_t>(i);
-  size_t chunk_end = 0;
-  if (pf >= 0) {
+    if (slots_[i].state == SlotState::Prefill) prefilling.push_back(static_cast<int32_t>(i));
+  std::sort(prefilling.begin(), prefilling.end(), [&](int32_t x, int32_t y) {
+    return slots_[static_cast<size_t>(x)].admitted < slots_[static_cast<size_t>(y)].admitted;
+  });
+  std::vector<Chunk> chunks;
+  size_t budget = static_cast<size_t>(cfg_.chunk);
+  for (int32_t pf : prefilling) {
+    if (budget == 0) break;
     Slot& s = slots_[static_cast<size_t>(pf)];
     const size_t from = s.cached.size();
-    chunk_end = std::min(s.req->prompt.size(), from + static_cast<size_t>(cfg_.chunk));
-    for (size_t p = from; p < chunk_end; ++p) {
+    const size_t end = std::min(s.req->prompt.size(), from + budget);
+    for (size_t p = from; p < end; ++p) {
       b.tokens.push_back(s.req->prompt[p]);
       b.positions.push_back(static_cast<int32_t>(p));
       b.seq_ids.push_back(pf);
       b.logits.push_back(p + 1 == s.req->prompt.size() ? 1 : 0);
     }
-    if (chunk_end == s.req->prompt.size()) rows.push_back({pf, false});
-    rep.prefill_tokens = static_cast<int32_t>(chunk_end - from);
-    rep.prefill_slot = pf;
+    if (end == s.req->prompt.size()) rows.push_back({pf, false});
+    chunks.push_back({pf, from, end});
+    budget -= end - from;
+    rep.prefill_tokens += static_cast<int32_t>(end - from);
+    rep.prefill_slots.push_back(pf);
   }
+  if (!chunks.empty()) rep.prefill_slot = chunks.front().slot;
   if (report) *report = rep;
   if (b.tokens.empty()) return false;
 
@@ -227,19 +239,19 @@ bool Scheduler::step(StepReport* report) {
   if (!error.empty()) {
     // The cache holds what it held before the step: every request of the batch ends with the error.
     for (const Row& r : rows) finish(slots_[static_cast<size_t>(r.slot)], FinishReason::Error, error);
-    if (pf >= 0 && slots_[static_cast<size_t>(pf)].state == SlotState::Prefill)
-      finish(slots_[static_cast<size_t>(pf)], FinishReason::Error, error);
+    for (const Chunk& c : chunks)
+      if (slots_[static_cast<size_t>(c.slot)].state == SlotState::Prefill)
+        finish(slots_[static_cast<size_t>(c.slot)], FinishReason::Error, error);
     return true;
   }
   // Bookkeeping of what the KV now holds.
   for (const Row& r : rows)
     if (r.decode) slots_[static_cast<size_t>(r.slot)].cached.push_back(slots_[static_cast<size_t>(r.slot)].next_token);
-  if (pf >= 0) {
-    Slot& s = slots_[static_cast<size_t>(pf)];
-    const size_t from = s.cached.size();
-    s.cached.insert(s.cached.end(), s.req->prompt.begin() + static_cast<std::ptrdiff_t>(from),
-                    s.req->prompt.begin() + static_cast<std::ptrdiff_t>(chunk_end));
-    totals_.prompt_tokens += chunk_end - from;
+  for (const Chunk& c : chunks) {
+    Slot& s = slots_[static_cast<size_t>(c.slot)];
+    s.cached.insert(s.cached.end(), s.req->prompt.begin() + static_cast<std::ptrdiff_t>(c.from),
+                    s.req->prompt.begin() + static_cast<std::ptrdiff_t>(c.end));
+    totals_.prompt_tokens += c.end - c.from;
   }
   // Sample per flagged row.
   const auto nv = static_cast<size_t>(model_.n_vocab());

@@ -1,7 +1,7 @@
 // The request scheduler of `minfer serve`: a bounded queue, N slots (one KV sequence each),
 // prefix reuse, LRU choice of the slot to overwrite, cancellation, and the step that turns the
-// running slots into one Batch (the next token of every decoding slot plus a chunk of one prompt
-// being prefilled), runs it and samples per slot. Plain C++: no HTTP, no CUDA; the engine is
+// running slots into one Batch (the next token of every decoding slot plus up to `chunk` prompt
+// tokens of the slots being prefilled, oldest first), runs it and samples per slot. Plain C++: no HTTP, no CUDA; the engine is
 // reached through StepModel, so tests drive it in-process with a fake.
 //
 // Threads: submit(), cancel flags and stats() may be called from any thread; step() only from
@@ -89,7 +89,7 @@ struct Request {
 struct SchedulerConfig {
   int32_t n_slots = 1;
   int32_t slot_ctx = 512;      ///< KV cells per slot: a prompt plus its output must fit
-  int32_t chunk = 256;         ///< most prompt tokens per step (chunked prefill)
+  int32_t chunk = 256;         ///< most prompt tokens per step, of one or several prompts (chunked prefill)
   int32_t max_queue = 64;      ///< waiting requests beyond the running ones
 };
 
@@ -112,8 +112,9 @@ struct SchedulerStats {
 /// What one step ran (for tests and logs).
 struct StepReport {
   int32_t decode_tokens = 0;
-  int32_t prefill_tokens = 0;
-  int32_t prefill_slot = -1;
+  int32_t prefill_tokens = 0;          ///< prompt tokens of all prefilling slots together
+  int32_t prefill_slot = -1;           ///< the first (oldest) slot prefilled, -1 for none
+  std::vector<int32_t> prefill_slots;  ///< every slot prefilled, in batch (admission) order
 };
 
 class Scheduler {

@@ -6,6 +6,7 @@
 //   node tests/server/e2e.mjs [--bin build/tools/minfer/minfer] [--model models/minfer-demo-py-q6_K.gguf]
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
+import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
@@ -297,6 +298,48 @@ async function main() {
     // And the server still answers the same as before.
     const r = await client.chat.completions.create(greedy(QUESTIONS[0]));
     assertEq(r.choices[0].message.content, reference.choices[0].message.content, 'after the disconnects');
+  });
+
+  await test('non_streaming_client_that_disconnects_frees_its_slot', async () => {
+    const maxTokens = SLOT_CTX - 32;
+    const gen0 = await metric(url, 'minfer_generation_tokens_total');
+    const ac = new AbortController();
+    const run = client.completions.create({ model: 'demo', prompt: 'def main():\n', temperature: 0, max_tokens: maxTokens },
+                                          { signal: ac.signal })
+      .then(() => 'finished', (e) => (ac.signal.aborted ? 'aborted' : Promise.reject(e)));
+    // Abort once it generates.
+    const deadline = Date.now() + 30000;
+    while ((await metric(url, 'minfer_generation_tokens_total')) < gen0 + 3) {
+      assert(Date.now() < deadline, 'the request did not start generating within 30 s');
+      await sleep(10);
+    }
+    ac.abort();
+    assertEq(await run, 'aborted', 'the client side');
+    await waitMetric(url, 'minfer_requests_running', 0, 2000);
+    const generated = (await metric(url, 'minfer_generation_tokens_total')) - gen0;
+    assert(generated < maxTokens, `the abandoned request ran to the end (${generated} tokens)`);
+  });
+
+  await test('content_length_over_max_body_is_refused_from_the_headers', async () => {
+    const { hostname, port } = new URL(url);
+    const sock = net.connect(Number(port), hostname);
+    await once(sock, 'connect');
+    let data = '';
+    sock.on('data', (d) => { data += d.toString(); });
+    const ended = once(sock, 'end');
+    // Headers only: the body never comes.
+    sock.write(`POST /v1/completions HTTP/1.1\r\nHost: ${hostname}\r\nAuthorization: Bearer ${KEY}\r\n` +
+               'Content-Type: application/json\r\nContent-Length: 10000000000\r\n\r\n');
+    try {
+      await within(2000, ended, '413 and the end of the connection');
+    } finally {
+      sock.destroy();
+    }
+    assert(/^HTTP\/1\.1 413 /.test(data), `status line: ${data.slice(0, 40)}`);
+    const body = data.slice(data.indexOf('\r\n\r\n') + 4);
+    assertOpenAiError({ status: 413, json: JSON.parse(body), text: body }, 413, 'early 413');
+    // The server goes on answering.
+    assertEq((await fetch(`${url}/health`, { signal: AbortSignal.timeout(5000) })).status, 200, '/health after');
   });
 
   await test('sixty_four_concurrent_streaming_clients_all_finish', async () => {

@@ -87,7 +87,7 @@ void run_until_idle(Scheduler& s, int max_steps = 1000) {
   ASSERT_TRUE(s.idle()) << "scheduler did not finish within " << max_steps << " steps";
 }
 
-TEST(ServerScheduler, DecodeTokensOfAllSlotsAndOnePrefillChunkShareAStep) {
+TEST(ServerScheduler, DecodeTokensOfAllSlotsAndThePrefillBudgetShareAStep) {
   FakeModel m;
   Scheduler s(m, config(3, 4));
   auto a = std::make_shared<Recorded>(), b = std::make_shared<Recorded>(), c = std::make_shared<Recorded>();
@@ -95,30 +95,32 @@ TEST(ServerScheduler, DecodeTokensOfAllSlotsAndOnePrefillChunkShareAStep) {
   ASSERT_TRUE(s.submit(greedy_request({10, 11, 12, 13, 14, 15, 16, 17, 18, 19}, 5, b)));
   ASSERT_TRUE(s.submit(greedy_request({30}, 5, c)));
   StepReport r;
-  // Step 1: a's whole prompt (2 tokens, the oldest prefill).
+  // Step 1: a's whole prompt (2 tokens, the oldest), then b's first 2: the budget of 4 is full.
   ASSERT_TRUE(s.step(&r));
   EXPECT_EQ(r.decode_tokens, 0);
-  EXPECT_EQ(r.prefill_tokens, 2);
+  EXPECT_EQ(r.prefill_tokens, 4);
   EXPECT_EQ(r.prefill_slot, 0);
-  // Step 2: a decodes, b's first chunk of 4.
+  EXPECT_EQ(r.prefill_slots, (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ((std::vector<uint8_t>(m.batches.back().logits.begin(), m.batches.back().logits.end())),
+            (std::vector<uint8_t>{0, 1, 0, 0}));
+  // Step 2: a decodes first, then b's next chunk of 4.
   ASSERT_TRUE(s.step(&r));
   EXPECT_EQ(r.decode_tokens, 1);
   EXPECT_EQ(r.prefill_tokens, 4);
-  EXPECT_EQ(r.prefill_slot, 1);
+  EXPECT_EQ(r.prefill_slots, (std::vector<int32_t>{1}));
   const Batch& b2 = m.batches.back();
   ASSERT_EQ(b2.tokens.size(), 5u);
   EXPECT_EQ(b2.tokens[0], 3);  // a's sampled token (2 + 1) first
   EXPECT_EQ(b2.seq_ids[0], 0);
   EXPECT_EQ(b2.positions[0], 2);
-  EXPECT_EQ((std::vector<int32_t>(b2.tokens.begin() + 1, b2.tokens.end())), (std::vector<int32_t>{10, 11, 12, 13}));
+  EXPECT_EQ((std::vector<int32_t>(b2.tokens.begin() + 1, b2.tokens.end())), (std::vector<int32_t>{12, 13, 14, 15}));
   EXPECT_EQ((std::vector<uint8_t>(b2.logits.begin(), b2.logits.end())), (std::vector<uint8_t>{1, 0, 0, 0, 0}));
-  // Steps 3-4: b's next chunks (4, then 2 with the logits flag on its last token).
+  // Step 3: b's last 4 (the logits flag on its last token) use the whole budget: c waits.
   ASSERT_TRUE(s.step(&r));
   EXPECT_EQ(r.prefill_tokens, 4);
-  ASSERT_TRUE(s.step(&r));
-  EXPECT_EQ(r.prefill_tokens, 2);
+  EXPECT_EQ(r.prefill_slots, (std::vector<int32_t>{1}));
   EXPECT_EQ(m.batches.back().logits.back(), 1);
-  // Step 5: a and b decode, c prefills.
+  // Step 4: a and b decode, c prefills.
   ASSERT_TRUE(s.step(&r));
   EXPECT_EQ(r.decode_tokens, 2);
   EXPECT_EQ(r.prefill_slot, 2);
@@ -130,6 +132,65 @@ TEST(ServerScheduler, DecodeTokensOfAllSlotsAndOnePrefillChunkShareAStep) {
   EXPECT_EQ(a->fin.completion_tokens, 5);
   EXPECT_EQ(b->fin.prompt_tokens, 10);
   EXPECT_FALSE(s.step()) << "an idle scheduler runs no forward";
+}
+
+TEST(ServerScheduler, ShortPromptsAdmittedTogetherArePrefilledInOneStepInAdmissionOrder) {
+  FakeModel m;
+  Scheduler s(m, config(4, 16));
+  std::vector<std::shared_ptr<Recorded>> rec;
+  const std::vector<std::vector<int32_t>> prompts = {{1, 2, 3}, {10, 11}, {20, 21, 22, 23}, {30}};
+  for (const auto& p : prompts) {
+    rec.push_back(std::make_shared<Recorded>());
+    ASSERT_TRUE(s.submit(greedy_request(p, 3, rec.back())));
+  }
+  StepReport r;
+  ASSERT_TRUE(s.step(&r));
+  EXPECT_EQ(r.prefill_tokens, 10);
+  EXPECT_EQ(r.prefill_slots, (std::vector<int32_t>{0, 1, 2, 3}));
+  const Batch& b = m.batches.back();
+  EXPECT_EQ(b.tokens, (std::vector<int32_t>{1, 2, 3, 10, 11, 20, 21, 22, 23, 30}));
+  EXPECT_EQ(b.seq_ids, (std::vector<int32_t>{0, 0, 0, 1, 1, 2, 2, 2, 2, 3}));
+  EXPECT_EQ((std::vector<uint8_t>(b.logits.begin(), b.logits.end())), (std::vector<uint8_t>{0, 0, 1, 0, 1, 0, 0, 0, 1, 1}));
+  // Every request has its first token after that one step.
+  for (size_t i = 0; i < rec.size(); ++i) {
+    ASSERT_EQ(rec[i]->tokens.size(), 1u) << "request " << i;
+    EXPECT_EQ(rec[i]->tokens[0], prompts[i].back() + 1) << "request " << i;
+  }
+  // The next step is decode only: 4 tokens, in slot order.
+  ASSERT_TRUE(s.step(&r));
+  EXPECT_EQ(r.decode_tokens, 4);
+  EXPECT_EQ(r.prefill_tokens, 0);
+  run_until_idle(s);
+  for (size_t i = 0; i < rec.size(); ++i) {
+    const int32_t t = prompts[i].back();
+    EXPECT_EQ(rec[i]->tokens, (std::vector<int32_t>{t + 1, t + 2, t + 3})) << "request " << i;
+  }
+}
+
+TEST(ServerScheduler, LongPromptIsStillChunkedAndShortOnesBehindItTakeTheRestOfTheBudget) {
+  FakeModel m;
+  Scheduler s(m, config(3, 8));
+  auto a = std::make_shared<Recorded>(), b = std::make_shared<Recorded>(), c = std::make_shared<Recorded>();
+  std::vector<int32_t> long_prompt(13);
+  for (int i = 0; i < 13; ++i) long_prompt[static_cast<size_t>(i)] = 40 + i;
+  ASSERT_TRUE(s.submit(greedy_request(long_prompt, 2, a)));
+  ASSERT_TRUE(s.submit(greedy_request({5, 6}, 2, b)));
+  ASSERT_TRUE(s.submit(greedy_request({7}, 2, c)));
+  StepReport r;
+  // Step 1: the oldest (long) prompt takes the whole budget of 8.
+  ASSERT_TRUE(s.step(&r));
+  EXPECT_EQ(r.prefill_tokens, 8);
+  EXPECT_EQ(r.prefill_slots, (std::vector<int32_t>{0}));
+  // Step 2: its last 5, then b (2) and c (1) fill the budget.
+  ASSERT_TRUE(s.step(&r));
+  EXPECT_EQ(r.prefill_tokens, 8);
+  EXPECT_EQ(r.prefill_slots, (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_EQ(m.batches.back().tokens, (std::vector<int32_t>{48, 49, 50, 51, 52, 5, 6, 7}));
+  run_until_idle(s);
+  EXPECT_EQ(m.held[0].size(), 14u);  // 13 prompt tokens + the first generated one
+  EXPECT_EQ(a->tokens, (std::vector<int32_t>{53, 54}));
+  EXPECT_EQ(b->tokens, (std::vector<int32_t>{7, 8}));
+  EXPECT_EQ(c->tokens, (std::vector<int32_t>{8, 9}));
 }
 
 TEST(ServerScheduler, LongPromptIsPrefilledInChunksWhileAnotherSlotDecodesEveryStep) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <httplib.h>
 
+#include <charconv>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -217,41 +218,63 @@ void HttpServer::Impl::generation(const httplib::Request& hreq, httplib::Respons
   const char* object = chat ? "chat.completion" : "text_completion";
 
   if (!g.stream) {
-    struct Done {
-      std::atomic<int>& n;
-      ~Done() { --n; }
-    } done_guard{in_flight};
-    std::string all;
-    json lps = json::array();
-    FinishInfo fin;
-    {
-      std::unique_lock lock(ch->mu);
-      ch->cv.wait(lock, [&] { return ch->done; });
-      for (Piece& p : ch->pieces) {
-        all += p.text;
-        for (json& e : p.logprobs) lps.push_back(std::move(e));
-      }
-      fin = ch->fin;
-    }
-    if (fin.reason == FinishReason::Error) throw ApiError(500, fin.error);
-    json choice = json::object();
-    choice["index"] = 0;
-    if (chat) {
-      choice["message"] = json{{"role", "assistant"}, {"content", all}};
-      choice["logprobs"] = want_lp ? json{{"content", lps}} : json(nullptr);
-    } else {
-      choice["text"] = all;
-      choice["logprobs"] = want_lp ? completion_logprobs(lps, 0) : json(nullptr);
-    }
-    choice["finish_reason"] = finish_reason(fin.reason);
-    json out = json::object();
-    out["id"] = id;
-    out["object"] = object;
-    out["created"] = created;
-    out["model"] = model_name;
-    out["choices"] = json::array({std::move(choice)});
-    out["usage"] = usage_json(fin);
-    res.set_content(dump_json(out), "application/json");
+    // The JSON body is sent through a chunked content provider that waits for the end of the
+    // request in steps of 200 ms and checks between them that the client is still there
+    // (DataSink::is_writable: in httplib 0.11.4 a select for writing plus a MSG_PEEK read, which
+    // sees the peer's close), so a client that leaves is noticed within one wait and its request
+    // is cancelled, freeing the slot. The
+    // status (200) is sent before the result exists: a forward failure after admission answers
+    // 200 with an OpenAI-style error body (as the stream does).
+    res.set_chunked_content_provider(
+        "application/json",
+        [=](size_t, httplib::DataSink& sink) {
+          std::string all;
+          json lps = json::array();
+          FinishInfo fin;
+          {
+            std::unique_lock lock(ch->mu);
+            // Not done yet: go on waiting while the client is there (returning false ends the
+            // response, and the releaser below cancels the request).
+            if (!ch->cv.wait_for(lock, std::chrono::milliseconds(200), [&] { return ch->done; }))
+              return sink.is_writable();
+            for (Piece& p : ch->pieces) {
+              all += p.text;
+              for (json& e : p.logprobs) lps.push_back(std::move(e));
+            }
+            fin = ch->fin;
+          }
+          std::string body;
+          if (fin.reason == FinishReason::Error) {
+            body = error_body(500, fin.error);
+          } else {
+            json choice = json::object();
+            choice["index"] = 0;
+            if (chat) {
+              choice["message"] = json{{"role", "assistant"}, {"content", all}};
+              choice["logprobs"] = want_lp ? json{{"content", lps}} : json(nullptr);
+            } else {
+              choice["text"] = all;
+              choice["logprobs"] = want_lp ? completion_logprobs(lps, 0) : json(nullptr);
+            }
+            choice["finish_reason"] = finish_reason(fin.reason);
+            json out = json::object();
+            out["id"] = id;
+            out["object"] = object;
+            out["created"] = created;
+            out["model"] = model_name;
+            out["choices"] = json::array({std::move(choice)});
+            out["usage"] = usage_json(fin);
+            body = dump_json(out);
+          }
+          if (!sink.write(body.data(), body.size())) return false;
+          sink.done();
+          return true;
+        },
+        // The response ended (sent, or the connection failed): a request still running is cancelled.
+        [this, r](bool) {
+          r->cancelled = true;
+          --in_flight;
+        });
     return;
   }
 
@@ -432,10 +455,35 @@ void HttpServer::Impl::routes() {
       res.set_content(dump_json(json{{"content", tk.decode(v, true)}}), "application/json");
     });
   });
+  // A Content-Length over --max-body is answered 413 from the headers, before any of the body is
+  // read (httplib 0.11.4 would read and skip the whole body first: a huge or never-sent body held
+  // a worker thread until the read timeout). The body is sent by a content provider that returns
+  // false once it has written it: httplib then ends the connection instead of reading the unread
+  // body as the next request.
+  svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (!req.has_header("Content-Length")) return httplib::Server::HandlerResponse::Unhandled;
+    const std::string cl = req.get_header_value("Content-Length");
+    uint64_t n = 0;
+    const auto [end, ec] = std::from_chars(cl.data(), cl.data() + cl.size(), n);
+    const bool over = ec == std::errc::result_out_of_range ||
+                      (ec == std::errc() && end == cl.data() + cl.size() && n > opt.max_body);
+    if (!over) return httplib::Server::HandlerResponse::Unhandled;
+    auto body = std::make_shared<std::string>(error_body(
+        413, fmt::format("the request body is {} bytes (Content-Length), larger than --max-body {}", cl, opt.max_body)));
+    res.status = 413;
+    res.set_header("Connection", "close");
+    res.set_content_provider(body->size(), "application/json",
+                             [body](size_t offset, size_t length, httplib::DataSink& sink) {
+                               sink.write(body->data() + offset, length);
+                               return false;  // ends the connection (see above)
+                             });
+    return httplib::Server::HandlerResponse::Handled;
+  });
   // Statuses httplib sets itself (404 no route, 413 body too large, 400 unparsable HTTP) get an
-  // OpenAI-style body; responses that already have one keep it.
+  // OpenAI-style body; responses that already have one (in the body or, for the early 413, from a
+  // content provider) keep it.
   svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
+    if (!res.body.empty() || res.content_length_ > 0) return;
     std::string msg;
     // A known path asked with another method is 405 with an Allow header (RFC 9110 section
     // 15.5.6), not 404: the client has the right address and the wrong verb.
