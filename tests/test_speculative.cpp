@@ -35,7 +35,10 @@ const char* const kCodePrompts[] = {
     "def quicksort(arr):\n    if len(arr) <= 1:\n",
 };
 
-/// The demo target and its draft on the CPU, loaded once for the suite (2 threads, as the CI has).
+/// The demo target and its draft on the CPU, loaded once for the suite. One thread: ctest runs two
+/// tests at a time on the 2-core CI machine, and two-thread engines sharing the cores with another
+/// test ran 9x slower than alone (their threads wait on each other): the every-draft-length test
+/// took 12.7 s alone with 2 threads, 110 s under ctest -j2, 21.9 s with 1 thread beside a 2-job build.
 class SpeculativeCpu : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -44,7 +47,7 @@ class SpeculativeCpu : public ::testing::Test {
     target_model_ = Model::load(test::shared_path(kTarget).string());
     draft_model_ = Model::load(test::shared_path(kDraft).string());
     EngineConfig cfg;
-    cfg.n_threads = 2;
+    cfg.n_threads = 1;
     cfg.n_ctx = 512;
     target_ = std::make_unique<Engine>(target_model_, cfg);
     draft_ = std::make_unique<Engine>(draft_model_, cfg);
@@ -180,7 +183,7 @@ TEST_F(SpeculativeCpu, GreedyDraftAndLookupEqualTargetGreedyOnFivePrompts) {
 // generation stops with "context" (no shift) or shifts and goes on; nothing throws.
 TEST_F(SpeculativeCpu, ContextFillingDuringSpeculationEndsCleanly) {
   EngineConfig cfg;
-  cfg.n_threads = 2;
+  cfg.n_threads = 1;
   cfg.n_ctx = 48;
   Engine target(target_model_, cfg);
   Engine draft(draft_model_, cfg);
@@ -218,7 +221,7 @@ TEST_F(SpeculativeCpu, SampledDraftEqualToTargetAcceptsEverything) {
   Session session(*target_, *target_model_->tokenizer());
   // The draft: a second engine of the target's model.
   EngineConfig cfg;
-  cfg.n_threads = 2;
+  cfg.n_threads = 1;
   cfg.n_ctx = 512;
   Engine same(target_model_, cfg);
   Speculator self(same, target_model_->tokenizer()->n_vocab(), fixed(4), sp, 1.0);
@@ -353,7 +356,7 @@ TEST(SpeculativeVocab, MismatchedVocabulariesAreRefusedNamingTheToken) {
 TEST(SpeculativeCli, OptionsParseInBothSpellingsAndBadValuesAreOneLineErrors) {
   const std::string bin = test::minfer_bin();
   const std::string model = test::repo_demo_model();
-  const std::string base = bin + " run -m " + model + " -p 'def add(a, b):\n' -n 24 --temp 0 -t 2 -c 256";
+  const std::string base = bin + " run -m " + model + " -p 'def add(a, b):\n' -n 24 --temp 0 -t 1 -c 256";
   // The generated text: from the echoed prompt to the summary (the "loaded" lines differ).
   const auto text = [](const std::string& out) {
     const size_t at = std::min(out.find("def add("), out.size());
@@ -398,7 +401,7 @@ TEST(SpeculativeCli, OptionsParseInBothSpellingsAndBadValuesAreOneLineErrors) {
   }
   // chat takes the same options.
   const test::CommandResult c = test::run_shell("printf 'hi\\n' | " + bin + " chat -m " + model + " -md " + model +
-                                                " --draft-max 3 -n 8 --temp 0 -t 2 -c 256 --chat-template chatml");
+                                                " --draft-max 3 -n 8 --temp 0 -t 1 -c 256 --chat-template chatml");
   EXPECT_EQ(c.status, 0) << c.out;
 }
 
