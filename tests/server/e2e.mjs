@@ -342,6 +342,29 @@ async function main() {
     assertEq((await fetch(`${url}/health`, { signal: AbortSignal.timeout(5000) })).status, 200, '/health after');
   });
 
+  await test('chunked_request_body_is_refused_411_without_being_read', async () => {
+    // A chunked body has no length to check against --max-body up front: it is refused from
+    // the headers (httplib would read it whole).
+    const { hostname, port } = new URL(url);
+    const sock = net.connect(Number(port), hostname);
+    await once(sock, 'connect');
+    let data = '';
+    sock.on('data', (d) => { data += d.toString(); });
+    const ended = once(sock, 'end');
+    sock.write(`POST /v1/completions HTTP/1.1\r\nHost: ${hostname}\r\nAuthorization: Bearer ${KEY}\r\n` +
+               'Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n' +
+               `${(MAX_BODY * 4).toString(16)}\r\n`);
+    try {
+      await within(2000, ended, '411 and the end of the connection');
+    } finally {
+      sock.destroy();
+    }
+    assert(/^HTTP\/1\.1 411 /.test(data), `status line: ${data.slice(0, 40)}`);
+    const body = data.slice(data.indexOf('\r\n\r\n') + 4);
+    assertOpenAiError({ status: 411, json: JSON.parse(body), text: body }, 411, 'chunked body');
+    assertEq((await fetch(`${url}/health`, { signal: AbortSignal.timeout(5000) })).status, 200, '/health after');
+  });
+
   await test('sixty_four_concurrent_streaming_clients_all_finish', async () => {
     const runs = [];
     for (let i = 0; i < 64; i++)

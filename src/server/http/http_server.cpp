@@ -461,16 +461,28 @@ void HttpServer::Impl::routes() {
   // false once it has written it: httplib then ends the connection instead of reading the unread
   // body as the next request.
   svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (!req.has_header("Content-Length")) return httplib::Server::HandlerResponse::Unhandled;
-    const std::string cl = req.get_header_value("Content-Length");
-    uint64_t n = 0;
-    const auto [end, ec] = std::from_chars(cl.data(), cl.data() + cl.size(), n);
-    const bool over = ec == std::errc::result_out_of_range ||
-                      (ec == std::errc() && end == cl.data() + cl.size() && n > opt.max_body);
-    if (!over) return httplib::Server::HandlerResponse::Unhandled;
-    auto body = std::make_shared<std::string>(error_body(
-        413, fmt::format("the request body is {} bytes (Content-Length), larger than --max-body {}", cl, opt.max_body)));
-    res.status = 413;
+    int status = 0;
+    std::string msg;
+    if (req.has_header("Transfer-Encoding")) {
+      // httplib 0.11.4 reads a chunked body whole, whatever its payload limit: --max-body would
+      // not bound it. A body must come with a Content-Length (411 Length Required, RFC 9110
+      // section 15.5.12), as the OpenAI clients and curl send it.
+      status = 411;
+      msg = fmt::format("a request body must be sent with a Content-Length (Transfer-Encoding: {} is not accepted)",
+                        req.get_header_value("Transfer-Encoding"));
+    } else if (req.has_header("Content-Length")) {
+      const std::string cl = req.get_header_value("Content-Length");
+      uint64_t n = 0;
+      const auto [end, ec] = std::from_chars(cl.data(), cl.data() + cl.size(), n);
+      if (ec == std::errc::result_out_of_range ||
+          (ec == std::errc() && end == cl.data() + cl.size() && n > opt.max_body)) {
+        status = 413;
+        msg = fmt::format("the request body is {} bytes (Content-Length), larger than --max-body {}", cl, opt.max_body);
+      }
+    }
+    if (status == 0) return httplib::Server::HandlerResponse::Unhandled;
+    auto body = std::make_shared<std::string>(error_body(status, msg));
+    res.status = status;
     res.set_header("Connection", "close");
     res.set_content_provider(body->size(), "application/json",
                              [body](size_t offset, size_t length, httplib::DataSink& sink) {
