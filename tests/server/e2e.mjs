@@ -134,6 +134,29 @@ const chatMsgs = (q) => [{ role: 'system', content: 'You write Python.' }, { rol
 const QUESTIONS = ['Write a function that adds two numbers.', 'Print hello world.', 'Sort a list.', 'Read a file.',
                    'Define a class Point.', 'Reverse a string.', 'Compute a factorial.', 'Parse JSON text.'];
 
+/// Sends a POST /v1/completions whose headers end with `tail` over a raw socket (node:net) and
+/// expects `status` with an OpenAI-style body and the end of the connection within 2 s, before
+/// any body is read; the server goes on answering.
+async function refusedFromTheHeaders(url, tail, status) {
+  const { hostname, port } = new URL(url);
+  const sock = net.connect(Number(port), hostname);
+  await once(sock, 'connect');
+  let data = '';
+  sock.on('data', (d) => { data += d.toString(); });
+  const ended = once(sock, 'end');
+  sock.write(`POST /v1/completions HTTP/1.1\r\nHost: ${hostname}\r\nAuthorization: Bearer ${KEY}\r\n` +
+             `Content-Type: application/json\r\n${tail}`);
+  try {
+    await within(2000, ended, `${status} and the end of the connection`);
+  } finally {
+    sock.destroy();
+  }
+  assert(new RegExp(`^HTTP/1\\.1 ${status} `).test(data), `status line: ${data.slice(0, 40)}`);
+  const body = data.slice(data.indexOf('\r\n\r\n') + 4);
+  assertOpenAiError({ status, json: JSON.parse(body), text: body }, status, `refused from the headers (${status})`);
+  assertEq((await fetch(`${url}/health`, { signal: AbortSignal.timeout(5000) })).status, 200, '/health after');
+}
+
 async function collectChatStream(client, params, opts = {}) {
   const stream = await client.chat.completions.create({ ...params, stream: true }, opts);
   let text = '', finish = null, usage = null, role = null, chunks = 0;
@@ -321,48 +344,14 @@ async function main() {
   });
 
   await test('content_length_over_max_body_is_refused_from_the_headers', async () => {
-    const { hostname, port } = new URL(url);
-    const sock = net.connect(Number(port), hostname);
-    await once(sock, 'connect');
-    let data = '';
-    sock.on('data', (d) => { data += d.toString(); });
-    const ended = once(sock, 'end');
     // Headers only: the body never comes.
-    sock.write(`POST /v1/completions HTTP/1.1\r\nHost: ${hostname}\r\nAuthorization: Bearer ${KEY}\r\n` +
-               'Content-Type: application/json\r\nContent-Length: 10000000000\r\n\r\n');
-    try {
-      await within(2000, ended, '413 and the end of the connection');
-    } finally {
-      sock.destroy();
-    }
-    assert(/^HTTP\/1\.1 413 /.test(data), `status line: ${data.slice(0, 40)}`);
-    const body = data.slice(data.indexOf('\r\n\r\n') + 4);
-    assertOpenAiError({ status: 413, json: JSON.parse(body), text: body }, 413, 'early 413');
-    // The server goes on answering.
-    assertEq((await fetch(`${url}/health`, { signal: AbortSignal.timeout(5000) })).status, 200, '/health after');
+    await refusedFromTheHeaders(url, 'Content-Length: 10000000000\r\n\r\n', 413);
   });
 
   await test('chunked_request_body_is_refused_411_without_being_read', async () => {
     // A chunked body has no length to check against --max-body up front: it is refused from
     // the headers (httplib would read it whole).
-    const { hostname, port } = new URL(url);
-    const sock = net.connect(Number(port), hostname);
-    await once(sock, 'connect');
-    let data = '';
-    sock.on('data', (d) => { data += d.toString(); });
-    const ended = once(sock, 'end');
-    sock.write(`POST /v1/completions HTTP/1.1\r\nHost: ${hostname}\r\nAuthorization: Bearer ${KEY}\r\n` +
-               'Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n' +
-               `${(MAX_BODY * 4).toString(16)}\r\n`);
-    try {
-      await within(2000, ended, '411 and the end of the connection');
-    } finally {
-      sock.destroy();
-    }
-    assert(/^HTTP\/1\.1 411 /.test(data), `status line: ${data.slice(0, 40)}`);
-    const body = data.slice(data.indexOf('\r\n\r\n') + 4);
-    assertOpenAiError({ status: 411, json: JSON.parse(body), text: body }, 411, 'chunked body');
-    assertEq((await fetch(`${url}/health`, { signal: AbortSignal.timeout(5000) })).status, 200, '/health after');
+    await refusedFromTheHeaders(url, `Transfer-Encoding: chunked\r\n\r\n${(MAX_BODY * 4).toString(16)}\r\n`, 411);
   });
 
   await test('sixty_four_concurrent_streaming_clients_all_finish', async () => {
