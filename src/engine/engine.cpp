@@ -1,7 +1,6 @@
 #include "engine/engine.h"
 
 #include <algorithm>
-#include <cctype>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -15,6 +14,7 @@
 #include <cstring>
 
 #include "core/atomic_file.h"
+#include "core/ascii.h"
 #include "core/error.h"
 #include "core/read_file.h"
 #include "gguf/gguf.h"
@@ -100,8 +100,7 @@ NonFiniteLogitsError::NonFiniteLogitsError(std::string step, int32_t position_, 
       value(value_) {}
 
 graph::BackendKind parse_device(std::string_view name) {
-  std::string n(name);  // any case: "CPU", "CUDA" (llama.cpp's device names are upper case)
-  for (char& c : n) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::string n = ascii_lower(name);  // any case: "CPU", "CUDA" (llama.cpp's device names are upper case)
   if (n == "cpu" || n == "none") return BackendKind::Cpu;  // llama.cpp's --device none: no GPU
   if (n == "cuda" || n == "gpu" || n == "cuda0") return BackendKind::Cuda;  // CUDA0: llama.cpp's first GPU
   fail("device '{}' is not known (use cpu or cuda)", name);

@@ -1,18 +1,17 @@
 #include "kv/kv_cache.h"
 
 #include <algorithm>
-#include <cctype>
 #include <string>
 #include <limits>
 
+#include "core/ascii.h"
 #include "core/error.h"
 #include "quant/quant.h"
 
 namespace minfer {
 
 TensorType parse_kv_type(std::string_view name) {
-  std::string n(name);  // any case: llama.cpp users write Q8_0 and F16
-  for (char& c : n) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::string n = ascii_lower(name);  // any case: llama.cpp users write Q8_0 and F16
   if (n == "f32") return TensorType::F32;
   if (n == "f16") return TensorType::F16;
   if (n == "q8_0") return TensorType::Q8_0;

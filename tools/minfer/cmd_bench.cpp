@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "core/ascii.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "core/printable.h"
@@ -357,7 +358,7 @@ void print_sql(const std::vector<Result>& rs) {
 
 void bench(const BenchArgs& args) {
   BenchArgs a = args;
-  for (char& c : a.output) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  a.output = ascii_lower(a.output);
   if (a.models.empty()) fail("bench: give at least one model with -m");
   if (a.reps < 1) fail("bench: -r {} must be at least 1", a.reps);
   if (a.output != "md" && a.output != "json" && a.output != "jsonl" && a.output != "csv" && a.output != "sql")

@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "commands.h"
+#include "core/ascii.h"
 #include "core/error.h"
 #include "core/printable.h"
 
@@ -43,8 +44,7 @@ constexpr Refusal kRefusals[] = {
 
 /// -fa's values (llama.cpp: on|off|auto; older versions took -fa alone, and 0/1 in llama-bench).
 bool is_fa_value(std::string_view v) {
-  std::string s(v);
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::string s = ascii_lower(v);
   // A bench list ("0,1") is a value too.
   return s == "on" || s == "off" || s == "auto" || s == "0" || s == "1" || s == "true" || s == "false" ||
          s.find(',') != std::string::npos;

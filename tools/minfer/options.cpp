@@ -1,7 +1,6 @@
 #include "options.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -9,6 +8,7 @@
 #include <limits>
 #include <random>
 
+#include "core/ascii.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -47,16 +47,8 @@ int64_t parse_gpu_layers(const std::string& value) {
   return v;
 }
 
-namespace {
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-}  // namespace
-
 std::string parse_flash_attn(const std::string& value) {
-  const std::string v = lower(value);
+  const std::string v = ascii_lower(value);
   if (v == "on" || v == "1" || v == "true") return "on";
   if (v == "off" || v == "0" || v == "false") return "off";
   if (v == "auto") return "auto";
