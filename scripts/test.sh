@@ -29,10 +29,12 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DMINFER_WERROR=ON -DMIN
 time cmake --build build -j"$jobs"
 
 # --no-tests=error: a build that produced no tests is a failure, never an empty success.
+# Each failing step is named again at the very end: a CI service may keep only the last lines.
 status=0
+failures=()
 step "ctest"
 time ctest --test-dir build --output-on-failure --no-tests=error -j"$jobs" 2>&1 | tee build/ctest-output.txt ||
-  status=1
+  { status=1; failures+=("ctest"); }
 
 # End to end: `minfer serve` on a loopback port driven by the official OpenAI Node client
 # (tests/server/e2e.mjs; npm `openai` pinned by tests/server/package-lock.json). Prints
@@ -41,17 +43,19 @@ if ! build/tools/minfer/minfer serve -m /nonexistent.gguf --port 0 2>&1 | grep -
   command -v node >/dev/null 2>&1 || { echo "test.sh: node (20+) is needed for the server tests" >&2; exit 1; }
   step "server end to end"
   time (cd tests/server && timeout 600 npm ci --no-audit --no-fund --loglevel=error)
-  time timeout 900 node tests/server/e2e.mjs --bin build/tools/minfer/minfer || status=1
+  time timeout 900 node tests/server/e2e.mjs --bin build/tools/minfer/minfer 2>&1 | tee build/e2e-output.txt ||
+    { status=1; failures+=("server end to end"); }
 elif $ci; then
   echo "test.sh: minfer was built without the server (libcpp-httplib-dev missing); under CI that fails" >&2
   status=1
+  failures+=("server end to end (not built)")
 fi
 
 # Every fuzz target (scripts/fuzz.sh's list), 180 s shared among them; a finding fails the run.
 fuzz_note=""
 if $ci || command -v clang++-14 >/dev/null 2>&1 || command -v clang++ >/dev/null 2>&1; then
   step "fuzzing"
-  time scripts/fuzz.sh 180 || status=1
+  time scripts/fuzz.sh 180 2>&1 | tee build/fuzz-output.txt || { status=1; failures+=("fuzzing"); }
 else
   fuzz_note="fuzzing skipped: clang is not installed (scripts/install_deps.sh installs clang-14)"
 fi
@@ -69,6 +73,17 @@ if ((skipped > 0)) || [[ -n "$fuzz_note" ]]; then
   ((gpu > 0)) && echo "$gpu tests skipped: no GPU (device tests in tests/cuda)"
   ((other > 0)) && echo "$other tests skipped for other reasons (see $log)"
   [[ -n "$fuzz_note" ]] && echo "$fuzz_note"
+fi
+if ((${#failures[@]})); then
+  echo "=== failed ==="
+  for f in "${failures[@]}"; do
+    case "$f" in
+      ctest) sed -n '/tests passed, .* tests failed out of/,$p' build/ctest-output.txt | grep -v '^Total Test time' ;;
+      "server end to end") grep -E '^(FAIL |[0-9]+ passed, )' build/e2e-output.txt | cut -c1-400 || echo "server end to end: no summary line (timed out or crashed)" ;;
+      fuzzing) grep -E 'FINDINGS|^==[0-9]+==ERROR|^SUMMARY' build/fuzz-output.txt | head -20 || true ;;
+      *) echo "$f" ;;
+    esac
+  done
 fi
 echo "test.sh: all steps took ${SECONDS} s"
 exit "$status"
