@@ -4,7 +4,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev
-  libpcre2-dev nlohmann-json3-dev libcli11-dev libfmt-dev libxxhash-dev libcpp-httplib-dev
+  libpcre2-dev nlohmann-json3-dev libcli11-dev libfmt-dev libxxhash-dev libcpp-httplib-dev libedit-dev
   clang-14 libclang-rt-14-dev
 )
 missing=()

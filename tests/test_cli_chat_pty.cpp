@@ -19,12 +19,19 @@ namespace {
 
 constexpr const char* kModel = "fixtures/models/mistral-tiny-Q8_0.gguf";
 
-/// A child process on a pseudo-terminal, its output collected with bounded waits.
+/// A child process on a pseudo-terminal, its output collected with bounded waits. TERM is set to
+/// `term` ("dumb": chat reads plain lines, without libedit), and the child starts with no signal
+/// blocked and SIGINT at its default action, whatever the test runner passed on.
 class PtyChild {
  public:
-  explicit PtyChild(const std::vector<std::string>& argv) {
+  explicit PtyChild(const std::vector<std::string>& argv, const char* term = "xterm") {
     pid_ = forkpty(&fd_, nullptr, nullptr, nullptr);
     if (pid_ == 0) {
+      sigset_t none;
+      sigemptyset(&none);
+      sigprocmask(SIG_SETMASK, &none, nullptr);
+      signal(SIGINT, SIG_DFL);
+      setenv("TERM", term, 1);
       std::vector<char*> args;
       for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
       args.push_back(nullptr);
@@ -105,7 +112,13 @@ TEST(CliChatPty, ctrl_c_stops_a_reply_and_keeps_the_conversation) {
   // one message of two lines.
   at = c.out().size();
   c.send("\"\"\"\rfirst line\rsecond line\r\"\"\"\r");
-  ASSERT_TRUE(c.wait_for(". . . ", at, 10)) << c.out();  // the block's continuation prompts
+  // The block's three continuation prompts, each at the start of a line (libedit draws each
+  // prompt, then echoes the line typed after it).
+  size_t prompts = at;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(c.wait_for("\n. ", prompts, 10)) << c.out();
+    prompts = c.out().find("\n. ", prompts) + 1;
+  }
   (void)c.wait_for("\x01never\x01", at, 1.0);            // a second of the (3000-token) reply
   c.send("\x03");
   ASSERT_TRUE(c.wait_for("stop: interrupted", at, 30)) << c.out();
@@ -142,13 +155,40 @@ TEST(CliChatPty, bye_quits_and_ends_the_prompt_line) {
   ASSERT_TRUE(c.wait_for("> ", c.out().find("new token", at), 10)) << c.out();
   c.send("/bye\r");
   EXPECT_EQ(c.wait_exit(10), 0) << c.out();
-  // Ctrl-D at an empty prompt quits too, and the prompt line is ended.
-  PtyChild d({test::minfer_bin(), "chat", "-m", test::shared_path(kModel).string(), "-t", "1", "--chat-template", tmpl});
+  // Ctrl-D at an empty prompt quits too, and the prompt line is ended; here on a terminal without
+  // line editing (TERM=dumb), where the lines are read as they come.
+  PtyChild d({test::minfer_bin(), "chat", "-m", test::shared_path(kModel).string(), "-t", "1", "--chat-template", tmpl},
+             "dumb");
   ASSERT_TRUE(d.wait_for("> ", 0, 30)) << d.out();
   at = d.out().size();
   d.send("\x04");
   EXPECT_EQ(d.wait_exit(10), 0) << d.out();
   EXPECT_NE(d.out().find("\n", at), std::string::npos) << d.out();
+}
+
+// Line editing (libedit): the arrow keys move in the line, Up recalls the previous line, and a
+// UTF-8 letter typed arrives as itself. The unknown-command answer shows the line as chat got it.
+TEST(CliChatPty, lines_are_edited_and_recalled) {
+  MINFER_REQUIRE_SHARED(kModel);
+  const std::string tmpl = std::string(MINFER_SOURCE_DIR) + "/tests/data/chat_templates/mistral-instruct.jinja";
+  PtyChild c({test::minfer_bin(), "chat", "-m", test::shared_path(kModel).string(), "-t", "1", "-n", "2",
+              "--chat-template", tmpl});
+  ASSERT_TRUE(c.started());
+  ASSERT_TRUE(c.wait_for("> ", 0, 30)) << c.out();
+  size_t at = c.out().size();
+  c.send("/xyz\x1b[D\x1b[DQ\r");  // Left twice, then Q: "/xQyz"
+  ASSERT_TRUE(c.wait_for("unknown command /xQyz ", at, 10)) << c.out();
+  at = c.out().find("unknown command /xQyz ", at) + 1;
+  c.send("\x1b[A\r");  // Up: the same line again
+  ASSERT_TRUE(c.wait_for("unknown command /xQyz ", at, 10)) << c.out();
+  at = c.out().find("unknown command /xQyz ", at) + 1;
+  c.send("/x\x02\x02\x05y\r");  // Ctrl-B twice, Ctrl-E (end of line), y: "/xy"
+  ASSERT_TRUE(c.wait_for("unknown command /xy ", at, 10)) << c.out();
+  at = c.out().find("unknown command /xy ", at) + 1;
+  c.send("/caf\xc3\xa9\r");  // "/café" in UTF-8
+  ASSERT_TRUE(c.wait_for("unknown command /caf\xc3\xa9 ", at, 10)) << c.out();
+  c.send("/bye\r");
+  EXPECT_EQ(c.wait_exit(10), 0) << c.out();
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "commands.h"
 #include "core/error.h"
 #include "core/read_file.h"
+#include "line_editor.h"
 #include "core/printable.h"
 #include "engine/generate.h"
 #include "options.h"
@@ -88,23 +89,19 @@ void install_interrupt_handler() {
 
 /// The next user message: one line (a trailing '\r' of CRLF input dropped), lines joined while
 /// they end in a backslash, or the lines between two lines of `"""`. False at end of input.
-bool read_message(LineReader& input, std::string& message, bool interactive) {
-  const auto next = [&](std::string& line) {
-    if (!input.next(line)) return false;
+bool read_message(ChatInput& input, std::string& message, bool color) {
+  const auto next = [&](std::string& line, const char* prompt) {
+    if (!input.next(line, prompt, color)) return false;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     return true;
   };
   std::string line;
-  if (!next(line)) return false;
+  if (!next(line, "> ")) return false;
   if (line == "\"\"\"") {
     message.clear();
     bool first = true;
     for (;;) {
-      if (interactive) {
-        std::fputs(". ", stdout);
-        std::fflush(stdout);
-      }
-      if (!next(line) || line == "\"\"\"") return true;  // end of input closes the block
+      if (!next(line, ". ") || line == "\"\"\"") return true;  // end of input closes the block
       message += (first ? "" : "\n") + line;
       first = false;
     }
@@ -112,11 +109,7 @@ bool read_message(LineReader& input, std::string& message, bool interactive) {
   message = line;
   while (!message.empty() && message.back() == '\\') {
     message.back() = '\n';
-    if (interactive) {
-      std::fputs(". ", stdout);
-      std::fflush(stdout);
-    }
-    if (!next(line)) break;
+    if (!next(line, ". ")) break;
     message += line;
   }
   if (!message.empty() && message.back() == '\n') message.pop_back();
@@ -170,18 +163,14 @@ void run_chat(const ChatArgs& a) {
     install_interrupt_handler();
   }
   std::string line;
-  LineReader input(stdin, "stdin", kChatLineLimitBytes);
+  ChatInput input(interactive, kChatLineLimitBytes);
   bool pending_first = !a.first_message.empty();
   for (;;) {
     if (pending_first) {
       line = a.first_message;
       pending_first = false;
     } else {
-      if (interactive) {
-        std::fputs(a.color ? "\033[32m> \033[0m" : "> ", stdout);
-        std::fflush(stdout);
-      }
-      if (!read_message(input, line, interactive)) {
+      if (!read_message(input, line, a.color)) {
         if (interactive) std::fputc('\n', stdout);  // the shell prompt starts on a line of its own
         break;
       }
