@@ -85,5 +85,9 @@ if ((${#failures[@]})); then
     esac
   done
 fi
+# The machine, for runs that pass here and fail there (the CPU's SIMD level picks the kernels).
+cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | xargs || true)
+simd=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | grep -ow 'avx2\|avx512f\|avx512_vnni' | sort -u | xargs || true)
+echo "test.sh: machine: $(nproc) cores, ${cpu:-unknown CPU}, ${simd:-no AVX2}; user $(id -un)"
 echo "test.sh: all steps took ${SECONDS} s"
 exit "$status"
