@@ -7,9 +7,11 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/env.h"
@@ -353,6 +355,62 @@ TEST(ThreadPool, ParallelForCoversEveryIndexOnceAndPropagatesErrors) {
   std::atomic<int> count{0};
   pool.run([&](int) { count++; });
   EXPECT_EQ(count.load(), 4);
+}
+
+// Loops and run() jobs back to back, with more threads than this machine may have cores, so
+// threads are preempted between reading a job and claiming from it: every index is done exactly
+// once per loop, every run() reaches every thread once, and the piece count changes from loop to
+// loop (a thread holding an earlier loop's claim word must not take a piece of a later one).
+TEST(ThreadPool, PiecesOfBackToBackLoopsAreEachDoneOnceUnderPreemption) {
+  for (const char* spin : {"50", "0"}) {
+    EnvOverride env("MINFER_POOL_SPIN_US", std::string(spin));
+    ThreadPool pool(3);
+    std::vector<int> hits(257);
+    for (int iter = 0; iter < 3000; ++iter) {
+      const int64_t n = 1 + (iter * 37) % 257;
+      std::fill(hits.begin(), hits.end(), 0);
+      pool.parallel_for(n, 1 + iter % 5, [&](int64_t b, int64_t e, int ith) {
+        ASSERT_GE(ith, 0);
+        ASSERT_LT(ith, 3);
+        for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;  // pieces never overlap
+      });
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)], 1) << "loop " << iter << " index " << i;
+      if (iter % 7 == 0) {
+        std::atomic<int> mask{0};
+        pool.run([&](int ith) { mask.fetch_or(1 << ith); });
+        ASSERT_EQ(mask.load(), 7) << "run() after loop " << iter;
+      }
+    }
+  }
+}
+
+// One range per thread (MINFER_POOL_CHUNKS=1) is the old split: ranges in order, one per thread.
+TEST(ThreadPool, OnePiecePerThreadSplitsIntoContiguousRanges) {
+  EnvOverride env("MINFER_POOL_CHUNKS", std::string("1"));
+  ThreadPool pool(4);
+  std::mutex mu;
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  pool.parallel_for(100, 1, [&](int64_t b, int64_t e, int) {
+    std::lock_guard lock(mu);
+    ranges.emplace_back(b, e);
+  });
+  std::sort(ranges.begin(), ranges.end());
+  EXPECT_EQ(ranges, (std::vector<std::pair<int64_t, int64_t>>{{0, 25}, {25, 50}, {50, 75}, {75, 100}}));
+}
+
+// An exception in one piece reaches the caller; the loop's other pieces still run, and the pool
+// works afterwards.
+TEST(ThreadPool, AnErrorInOnePieceIsRethrownAfterTheOthersRan) {
+  ThreadPool pool(2);
+  std::atomic<int64_t> done{0};
+  EXPECT_THROW(pool.parallel_for(64, 1, [&](int64_t b, int64_t e, int) {
+    if (b == 0) throw Error("boom");
+    done += e - b;
+  }), Error);
+  EXPECT_EQ(done.load(), 64 - 64 / 8);  // 8 pieces of 8: all but the first
+  std::atomic<int64_t> sum{0};
+  pool.parallel_for(10, 1, [&](int64_t b, int64_t e, int) { sum += e - b; });
+  EXPECT_EQ(sum.load(), 10);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "core/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "core/env.h"
 #include "core/error.h"
@@ -15,13 +16,43 @@
 
 namespace minfer {
 namespace {
-// Spin iterations before sleeping: ~tens of microseconds, enough to bridge two back-to-back ops.
-constexpr int kSpinIterations = 20000;
 // The most threads MINFER_THREADS gives (a larger value is lowered to this).
 constexpr int64_t kMaxEnvThreads = 1024;
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+/// Waits until `ready()` holds: spins for up to `spin_ns` (checking the clock every 64 pauses),
+/// then sleeps on `word` (std::atomic::wait) while it still reads the value `ready` rejected.
+template <typename Word, typename Ready>
+auto spin_then_wait(const std::atomic<Word>& word, int64_t spin_ns, Ready ready) {
+  Word v = word.load(std::memory_order_acquire);
+  if (ready(v)) return v;
+  const int64_t until = spin_ns > 0 ? now_ns() + spin_ns : 0;
+  for (int i = 1; spin_ns > 0; ++i) {
+    MINFER_CPU_RELAX();
+    v = word.load(std::memory_order_acquire);
+    if (ready(v)) return v;
+    if ((i & 63) == 0 && now_ns() >= until) break;
+  }
+  for (;;) {
+    word.wait(v, std::memory_order_acquire);
+    v = word.load(std::memory_order_acquire);
+    if (ready(v)) return v;
+  }
+}
+
+constexpr uint64_t pack_ticket(uint32_t job, uint64_t n_pieces, uint64_t next) {
+  return (uint64_t{job} << 32) | (n_pieces << 16) | next;
+}
 }  // namespace
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads) {
+ThreadPool::ThreadPool(int n_threads)
+    : n_threads_(n_threads),
+      chunks_per_thread_(static_cast<int>(env_int("MINFER_POOL_CHUNKS", 4))),
+      spin_ns_(env_int("MINFER_POOL_SPIN_US", 50) * 1000) {
   MINFER_CHECK(n_threads >= 1 && n_threads <= 1024, "thread count {} is out of range (1..1024)", n_threads);
   workers_.reserve(static_cast<size_t>(n_threads - 1));
   for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
@@ -29,9 +60,20 @@ ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads) {
 
 ThreadPool::~ThreadPool() {
   stop_.store(true);
-  generation_.fetch_add(1);
+  generation_.fetch_add(2);
   generation_.notify_all();
   for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::publish(bool broadcast) {
+  const uint32_t g = generation_.load(std::memory_order_relaxed);
+  generation_.store(((g & ~1u) + 2) | (broadcast ? 1u : 0u), std::memory_order_release);
+  generation_.notify_all();
+}
+
+void ThreadPool::note_error() {
+  std::lock_guard lock(error_mu_);
+  if (!error_) error_ = std::current_exception();
 }
 
 void ThreadPool::run(const std::function<void(int)>& job) {
@@ -42,51 +84,68 @@ void ThreadPool::run(const std::function<void(int)>& job) {
   job_ = &job;
   error_ = nullptr;
   remaining_.store(n_threads_ - 1, std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_release);
-  generation_.notify_all();
+  publish(/*broadcast=*/true);
   try {
     job(0);
   } catch (...) {
-    std::lock_guard lock(error_mu_);
-    if (!error_) error_ = std::current_exception();
+    note_error();
   }
-  int spins = 0;
-  for (;;) {
-    const int left = remaining_.load(std::memory_order_acquire);
-    if (left == 0) break;
-    if (++spins < kSpinIterations) {
-      MINFER_CPU_RELAX();
-    } else {
-      remaining_.wait(left, std::memory_order_acquire);
-    }
-  }
+  spin_then_wait(remaining_, spin_ns_, [](int left) { return left == 0; });
   job_ = nullptr;
   if (error_) std::rethrow_exception(error_);
 }
 
+void ThreadPool::run_pieces(int64_t n_pieces, PieceFn fn) {
+  MINFER_CHECK(n_pieces >= 1 && n_pieces <= kMaxPieces, "parallel loop of {} pieces (1..{})", n_pieces, kMaxPieces);
+  pieces_ = fn;
+  error_ = nullptr;
+  pieces_done_.store(0, std::memory_order_relaxed);
+  ++job_number_;
+  // Release: a thread whose claim reads this word (or a later claim's) sees pieces_ and the reset
+  // counter above.
+  ticket_.store(pack_ticket(job_number_, static_cast<uint64_t>(n_pieces), 0), std::memory_order_release);
+  publish(/*broadcast=*/false);
+  claim_pieces(0);
+  const auto total = static_cast<uint32_t>(n_pieces);
+  spin_then_wait(pieces_done_, spin_ns_, [total](uint32_t done) { return done == total; });
+  if (error_) std::rethrow_exception(error_);
+}
+
+void ThreadPool::claim_pieces(int ith) {
+  uint64_t t = ticket_.load(std::memory_order_acquire);
+  for (;;) {
+    const uint64_t n_pieces = (t >> 16) & 0xffff, next = t & 0xffff;
+    if (next >= n_pieces) return;
+    // A successful claim holds the loop open (its caller waits for this piece), so pieces_ stays
+    // valid until the piece is counted done.
+    if (!ticket_.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
+    try {
+      pieces_.call(pieces_.obj, static_cast<int64_t>(next), ith);
+    } catch (...) {
+      note_error();
+    }
+    if (pieces_done_.fetch_add(1, std::memory_order_acq_rel) + 1 == n_pieces) pieces_done_.notify_one();
+    t = ticket_.load(std::memory_order_acquire);
+  }
+}
+
 void ThreadPool::worker_loop(int index) {
-  // Start from the generation the pool was built with (0), not from a fresh load: a run()
-  // issued before this thread first looks must still be seen as new work.
+  // Start from the generation the pool was built with (0), not from a fresh load: a job issued
+  // before this thread first looks must still be seen as new work.
   uint32_t seen = 0;
   for (;;) {
-    int spins = 0;
-    uint32_t now;
-    while ((now = generation_.load(std::memory_order_acquire)) == seen) {
-      if (++spins < kSpinIterations) {
-        MINFER_CPU_RELAX();
-      } else {
-        generation_.wait(seen, std::memory_order_acquire);
-      }
-    }
-    seen = now;
+    seen = spin_then_wait(generation_, spin_ns_, [seen](uint32_t g) { return g != seen; });
     if (stop_.load()) return;
-    try {
-      (*job_)(index);
-    } catch (...) {
-      std::lock_guard lock(error_mu_);
-      if (!error_) error_ = std::current_exception();
+    if ((seen & 1u) != 0) {  // run(): every worker once
+      try {
+        (*job_)(index);
+      } catch (...) {
+        note_error();
+      }
+      if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) remaining_.notify_one();
+    } else {
+      claim_pieces(index);
     }
-    if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) remaining_.notify_one();
   }
 }
 

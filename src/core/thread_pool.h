@@ -1,6 +1,13 @@
 // A persistent thread pool for CPU kernels: threads are created once and reused for every op,
-// so a decode step with hundreds of small ops pays no thread creation. Workers spin briefly
-// after each job (ops arrive back to back), then sleep on a futex (std::atomic::wait).
+// so a decode step with hundreds of small ops pays no thread creation. Workers spin for a
+// bounded time after each job (ops arrive back to back), then sleep on a futex
+// (std::atomic::wait).
+//
+// A parallel loop is cut into a few pieces per thread that the threads claim one at a time, so
+// when the cores are shared (a server's HTTP threads, a second engine, another program) and a
+// worker is not running, the threads that do run take its pieces: an op waits only for pieces
+// already started, never for a thread that has not been scheduled (with one fixed range per
+// thread, every op waited a whole time slice for it).
 #pragma once
 
 #include <atomic>
@@ -29,33 +36,60 @@ class ThreadPool {
   /// Not reentrant: a job must not call run() on the same pool.
   void run(const std::function<void(int)>& job);
 
-  /// Splits [0, n) into contiguous chunks of at least `grain` items, one range per thread at
-  /// most, and calls fn(begin, end, thread_index) for each non-empty range.
+  /// Splits [0, n) into contiguous pieces of at least `grain` items (MINFER_POOL_CHUNKS pieces per
+  /// thread at most, 4 by default) and calls fn(begin, end, thread_index) once for each non-empty
+  /// piece, on whichever thread claims it; a thread may take several pieces, one after the other.
+  /// Returns when all are done. With one thread, or a single piece, fn(0, n, 0) runs on the
+  /// caller. An exception thrown by fn is rethrown here (the first one; the other pieces still
+  /// run). Not reentrant, like run().
   template <typename F>
   void parallel_for(int64_t n, int64_t grain, F&& fn) {
     if (n <= 0) return;
     const int64_t max_parts = grain > 0 ? (n + grain - 1) / grain : n;
-    const int parts = static_cast<int>(std::min<int64_t>(n_threads_, max_parts));
-    if (parts <= 1) {
+    const int64_t parts = std::min<int64_t>({max_parts, int64_t{n_threads_} * chunks_per_thread_, kMaxPieces});
+    if (parts <= 1 || n_threads_ == 1) {
       fn(int64_t{0}, n, 0);
       return;
     }
-    run([&](int ith) {
-      if (ith >= parts) return;
-      const int64_t begin = n * ith / parts;
-      const int64_t end = n * (ith + 1) / parts;
+    auto piece = [&](int64_t p, int ith) {
+      const int64_t begin = n * p / parts;
+      const int64_t end = n * (p + 1) / parts;
       if (begin < end) fn(begin, end, ith);
-    });
+    };
+    run_pieces(parts, PieceFn{&piece, [](void* f, int64_t p, int ith) { (*static_cast<decltype(piece)*>(f))(p, ith); }});
   }
 
  private:
+  static constexpr int64_t kMaxPieces = 0xffff;  // the ticket's 16-bit piece fields
+  /// A borrowed callable of one piece: call(obj, piece, thread_index).
+  struct PieceFn {
+    void* obj = nullptr;
+    void (*call)(void*, int64_t, int) = nullptr;
+  };
+  void run_pieces(int64_t n_pieces, PieceFn fn);
+  /// Claims and runs pieces of the current parallel loop until none is left unclaimed.
+  void claim_pieces(int ith);
+  /// Wakes the workers for a new job; `broadcast`: run() (every worker once), else pieces.
+  void publish(bool broadcast);
+  void note_error();
   void worker_loop(int index);
 
   int n_threads_;
+  int chunks_per_thread_;
+  int64_t spin_ns_;  ///< how long a thread spins before it sleeps
   std::vector<std::thread> workers_;
-  const std::function<void(int)>* job_ = nullptr;
+  const std::function<void(int)>* job_ = nullptr;  // run()'s job
+  PieceFn pieces_{};                               // parallel_for's job
+  /// Bumped by 2 for every job; bit 0 tells its kind (1: run(), 0: pieces), so a worker that
+  /// sees a value knows which job it is for.
   std::atomic<uint32_t> generation_{0};
-  std::atomic<int> remaining_{0};
+  std::atomic<int> remaining_{0};  // run(): workers still running the job
+  /// parallel_for's claim counter: job number (bits 32..63), piece count (16..31) and the next
+  /// unclaimed piece (0..15). A claim is one compare-and-swap on the whole word, so a thread that
+  /// read an earlier loop's word can never claim a piece of a later one.
+  std::atomic<uint64_t> ticket_{0};
+  std::atomic<uint32_t> pieces_done_{0};
+  uint32_t job_number_ = 0;
   std::atomic<bool> stop_{false};
   std::mutex error_mu_;
   std::exception_ptr error_;
