@@ -135,5 +135,20 @@ TEST(CliChatInput, ChatRefusesAMessageThatDoesNotFitAndKeepsGoing) {
   EXPECT_NE(r.out.find("generated", reset), std::string::npos) << "no reply after /reset:\n" << r.out;
 }
 
+// /save and /load without a file name say so (they were "unknown command" before), and the
+// chat goes on to answer the next message.
+TEST(CliChatInput, SaveOrLoadWithoutAFileNameAsksForOne) {
+  MINFER_REQUIRE_SHARED("fixtures/tokenizer/ggml-vocab-qwen2.gguf");
+  const std::filesystem::path dir = test::temp_dir();
+  const std::string model = tiny_model(dir);
+  const std::string input = write_file(dir, "chat_save.txt", "/save\n/load   \nhi\n");
+  const Result r = sh(test::minfer_bin() + " chat -m " + model + " -n 2 -t 1 -c 64 --temp 0 --chat-template chatml < " + input);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("minfer: /save needs a file name (/save FILE)\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("minfer: /load needs a file name (/load FILE)\n"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("unknown command"), std::string::npos) << r.out;
+  EXPECT_EQ(count(r.out, "generated 2 tokens"), 1u) << r.out;
+}
+
 }  // namespace
 }  // namespace minfer

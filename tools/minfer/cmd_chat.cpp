@@ -188,8 +188,12 @@ void run_chat(const ChatArgs& a) {
       std::fputs("(conversation reset)\n", stdout);
       continue;
     }
-    if (line.rfind("/save ", 0) == 0 || line.rfind("/load ", 0) == 0) {
-      const std::string path = line.substr(6);
+    if (line == "/save" || line == "/load" || line.rfind("/save ", 0) == 0 || line.rfind("/load ", 0) == 0) {
+      const std::string path = line.size() > 6 ? line.substr(6) : std::string();
+      if (path.find_first_not_of(' ') == std::string::npos) {
+        std::fprintf(stderr, "minfer: %s needs a file name (%s FILE)\n", line.substr(0, 5).c_str(), line.substr(0, 5).c_str());
+        continue;
+      }
       try {
         if (line[1] == 's') session.save(path);
         else load(path);
