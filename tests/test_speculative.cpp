@@ -373,7 +373,8 @@ TEST(SpeculativeCli, OptionsParseInBothSpellingsAndBadValuesAreOneLineErrors) {
     EXPECT_NE(r.out.find("(100.0%)"), std::string::npos) << r.out;
     EXPECT_EQ(text(test::run_shell(base + flags + " 2>/dev/null").out), text(plain.out)) << flags;
   }
-  for (const std::string& flags : {std::string(" --lookup 2"), std::string(" --spec-type ngram-simple")}) {
+  for (const std::string& flags : {std::string(" --lookup 2"), std::string(" --spec-type ngram-simple"),
+                                    std::string(" --spec-type NGRAM-Simple")}) {
     const test::CommandResult r = test::run_shell(base + flags);
     ASSERT_EQ(r.status, 0) << flags << "\n" << r.out;
     EXPECT_NE(r.out.find("speculative (prompt lookup): drafted"), std::string::npos) << r.out;

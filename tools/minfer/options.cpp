@@ -309,10 +309,11 @@ SpeculativeParams SpeculativeArgs::params(bool* enabled) const {
     p.p_min = v;
   }
   if (!lookup.empty()) p.lookup_n = int_of(lookup, "--lookup", 1, 64);
-  if (!type.empty() && type != "none" && type != "draft" && type != "ngram-simple")
+  const std::string kind = ascii_lower(type);  // choices are case-insensitive, as everywhere
+  if (!kind.empty() && kind != "none" && kind != "draft" && kind != "ngram-simple")
     fail("--spec-type '{}' is not known (use none, draft or ngram-simple)", printable(type));
-  if (type == "ngram-simple" && p.lookup_n == 0) p.lookup_n = 3;
-  if (type == "draft" && draft_model.empty()) fail("--spec-type draft needs a draft model (-md FILE)");
+  if (kind == "ngram-simple" && p.lookup_n == 0) p.lookup_n = 3;
+  if (kind == "draft" && draft_model.empty()) fail("--spec-type draft needs a draft model (-md FILE)");
   if (!draft_model.empty() && p.lookup_n > 0)
     fail("-md/--model-draft and prompt lookup (--lookup, --spec-type ngram-simple) exclude each other");
   if (!device.empty()) parse_device(device);
