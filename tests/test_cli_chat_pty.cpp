@@ -185,8 +185,25 @@ TEST(CliChatPty, lines_are_edited_and_recalled) {
   c.send("/x\x02\x02\x05y\r");  // Ctrl-B twice, Ctrl-E (end of line), y: "/xy"
   ASSERT_TRUE(c.wait_for("unknown command /xy ", at, 10)) << c.out();
   at = c.out().find("unknown command /xy ", at) + 1;
+  c.send("orld\x1b[1~/w\x1b[4~!\r");  // Home and End as the console and tmux send them: "/world!"
+  ASSERT_TRUE(c.wait_for("unknown command /world! ", at, 10)) << c.out();
+  at = c.out().find("unknown command /world! ", at) + 1;
   c.send("/caf\xc3\xa9\r");  // "/café" in UTF-8
   ASSERT_TRUE(c.wait_for("unknown command /caf\xc3\xa9 ", at, 10)) << c.out();
+  c.send("/bye\r");
+  EXPECT_EQ(c.wait_exit(10), 0) << c.out();
+}
+
+// --color: the prompt is green and the colour is reset before the text typed after it.
+TEST(CliChatPty, colored_prompt_resets_the_color_before_the_input) {
+  MINFER_REQUIRE_SHARED(kModel);
+  const std::string tmpl = std::string(MINFER_SOURCE_DIR) + "/tests/data/chat_templates/mistral-instruct.jinja";
+  PtyChild c({test::minfer_bin(), "chat", "-m", test::shared_path(kModel).string(), "-t", "1", "-n", "2", "--color",
+              "--chat-template", tmpl});
+  ASSERT_TRUE(c.started());
+  ASSERT_TRUE(c.wait_for("\x1b[32m>", 0, 30)) << c.out();
+  const size_t green = c.out().find("\x1b[32m>");
+  ASSERT_TRUE(c.wait_for("\x1b[0m ", green, 10)) << c.out();
   c.send("/bye\r");
   EXPECT_EQ(c.wait_exit(10), 0) << c.out();
 }

@@ -2,6 +2,7 @@
 
 #include <histedit.h>
 #include <langinfo.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <clocale>
@@ -52,6 +53,7 @@ struct ChatInput::Impl {
   std::optional<LineReader> plain;  // when not editing
   EditLine* el = nullptr;
   History* hist = nullptr;
+  std::FILE* quiet = nullptr;  // /dev/null: libedit's messages
   HistEvent ev{};
   std::string prompt;  // what the prompt callback shows
   size_t line_no = 0;
@@ -65,6 +67,7 @@ struct ChatInput::Impl {
   ~Impl() {
     if (el != nullptr) el_end(el);  // restores the terminal's settings
     if (hist != nullptr) history_end(hist);
+    if (quiet != nullptr) std::fclose(quiet);
   }
 };
 
@@ -73,7 +76,13 @@ ChatInput::ChatInput(bool interactive, size_t limit) : impl_(std::make_unique<Im
   impl_->limit = limit;
   if (interactive && term_supports_editing()) {
     use_utf8_ctype();
-    impl_->el = el_init("minfer", stdin, stdout, stderr);
+    // libedit's own messages (a TERM without a terminfo entry: "using dumb terminal settings",
+    // where editing still works; a bad ~/.editrc line) are not the chat's business.
+    impl_->quiet = std::fopen("/dev/null", "w");
+    // With stdout redirected to a file, the prompt and the line being edited go to the terminal
+    // on stderr, so the file holds only the replies.
+    std::FILE* screen = isatty(STDOUT_FILENO) == 1 || isatty(STDERR_FILENO) != 1 ? stdout : stderr;
+    impl_->el = el_init("minfer", stdin, screen, impl_->quiet != nullptr ? impl_->quiet : stderr);
   }
   if (impl_->el == nullptr) {
     impl_->plain.emplace(stdin, "stdin", limit);
@@ -91,6 +100,12 @@ ChatInput::ChatInput(bool interactive, size_t limit) : impl_(std::make_unique<Im
   // back into its normal mode, and passes the signal on to the handler that was there before
   // (chat's Ctrl-C handler) or to the default action.
   el_set(el, EL_SIGNAL, 1);
+  // Home and End as the terminals that do not match their TERM entry send them (the console,
+  // PuTTY, screen and tmux: ESC [ 1 ~ and ESC [ 4 ~; rxvt: ESC [ 7 ~ and ESC [ 8 ~), besides
+  // what terminfo lists for TERM.
+  for (const char* home : {"\033[1~", "\033[7~", "\033[H", "\033OH"}) el_set(el, EL_BIND, home, "ed-move-to-beg", nullptr);
+  for (const char* end : {"\033[4~", "\033[8~", "\033[F", "\033OF"}) el_set(el, EL_BIND, end, "ed-move-to-end", nullptr);
+  el_set(el, EL_BIND, "\033[3~", "ed-delete-next-char", nullptr);
   el_source(el, nullptr);  // the user's ~/.editrc, when there is one (key bindings)
 }
 
@@ -109,9 +124,13 @@ bool ChatInput::next(std::string& line, const char* prompt, bool color) {
     }
     return s.plain->next(line);
   }
-  s.prompt = color ? std::string{kPromptIgnore} + "\033[32m" + kPromptIgnore + prompt + kPromptIgnore + "\033[0m" +
-                         kPromptIgnore
-                   : std::string(prompt);
+  // In colour, the prompt's last character (its space) comes after the reset: libedit drops an
+  // invisible sequence that ends the prompt, which would leave the typed text green.
+  const std::string_view p(prompt);
+  s.prompt = color && !p.empty()
+                 ? std::string{kPromptIgnore} + "\033[32m" + kPromptIgnore + std::string(p.substr(0, p.size() - 1)) +
+                       kPromptIgnore + "\033[0m" + kPromptIgnore + p.back()
+                 : std::string(p);
   for (;;) {
     std::fflush(stdout);
     int count = 0;
