@@ -71,7 +71,7 @@ TEST(CliLimits, thread_count_above_the_hardware_is_capped_with_a_warning) {
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("-t 1000 exceeds the "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("generated "), std::string::npos) << r.out;
-  expect_one_line_error("run -m " + model() + " -p hi -n 2 -t -3", "-t -3 must be positive");
+  expect_one_line_error("run -m " + model() + " -p hi -n 2 -t -3", "-t -3 must be positive (or 0 or -1 for the default)");
 }
 
 TEST(CliLimits, bad_sampling_and_thinking_options_fail_before_the_model_loads) {

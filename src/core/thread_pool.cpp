@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <mutex>
+#include <set>
+#include <string>
 
 #include "core/env.h"
 #include "core/error.h"
@@ -157,7 +160,8 @@ int default_thread_count() {
 }
 
 int resolve_thread_count(int64_t requested, std::string_view option) {
-  if (requested < 0) fail("{} {} must be positive (or 0 for the default)", option, requested);
+  if (requested < -1) fail("{} {} must be positive (or 0 or -1 for the default)", option, requested);
+  if (requested == -1) requested = 0;  // llama.cpp's -t -1: the default count
   const unsigned hw_raw = std::thread::hardware_concurrency();
   const int64_t hw = hw_raw == 0 ? 1 : static_cast<int64_t>(hw_raw);
   const int64_t n = requested == 0 ? default_thread_count() : requested;
@@ -165,11 +169,19 @@ int resolve_thread_count(int64_t requested, std::string_view option) {
   const int64_t given = requested == 0 ? env_int("MINFER_THREADS", 0) : requested;
   const std::string what =
       requested == 0 ? fmt::format("MINFER_THREADS={}", given) : fmt::format("{} {}", option, given);
+  // A command may resolve the same count twice (its options are checked before the model loads,
+  // then used): each warning is printed once per process.
+  static std::mutex mu;
+  static std::set<std::string> warned;
+  const auto warn_once = [&](const std::string& text) {
+    std::lock_guard lock(mu);
+    if (warned.insert(text).second) log_warn("{}", text);
+  };
   if (n > hw) {
-    log_warn("{} exceeds the {} hardware threads of this machine; using {}", what, hw, hw);
+    warn_once(fmt::format("{} exceeds the {} hardware threads of this machine; using {}", what, hw, hw));
     return static_cast<int>(hw);
   }
-  if (given > n) log_warn("{} is above the limit of {} threads; using {}", what, kMaxEnvThreads, n);
+  if (given > n) warn_once(fmt::format("{} is above the limit of {} threads; using {}", what, kMaxEnvThreads, n));
   return static_cast<int>(n);
 }
 

@@ -107,7 +107,8 @@ int default_thread_count();
 /// because spinning workers that share cores make every parallel step wait for descheduled
 /// threads. The warning names the count as given ("MINFER_THREADS=5000 exceeds the 16 hardware
 /// threads of this machine; using 16"), also when MINFER_THREADS was above the 1024 cap.
-/// Throws minfer::Error "<option> <n> must be positive ..." for a negative count.
+/// -1 means the default too (llama.cpp's spelling). Each warning is printed once per process.
+/// Throws minfer::Error "<option> <n> must be positive ..." for a count below -1.
 int resolve_thread_count(int64_t requested, std::string_view option);
 
 }  // namespace minfer
