@@ -31,12 +31,6 @@ void pack(int64_t k, const void* w, size_t w_row_bytes, int64_t rows, void* dst)
   K::pack(nb, static_cast<const uint8_t*>(w), w_row_bytes, rows, static_cast<uint8_t*>(dst));
 }
 
-/// Groups of at most this many bytes are software-prefetched (gemm_packed's decode loop).
-constexpr size_t kPrefetchGroupBytes = 2048;
-/// How far ahead of the group being computed a small group is prefetched, in bytes (rounded up
-/// to whole groups).
-constexpr size_t kPrefetchAheadBytes = 3072;
-
 template <class K, int NT>
 void run_group(const uint8_t* grp, int64_t nb, const typename K::Act* acts, float* lanes, int64_t g0, int64_t row0,
                int64_t nr, int64_t t0, float* out, int64_t out_stride) {
@@ -82,22 +76,8 @@ void gemm_packed(int64_t k, const void* packed, int64_t rows, int64_t row0, int6
   const auto* ab = static_cast<const uint8_t*>(a);
   for (int64_t t = 0; t < nc; ++t)
     new (acts + t) Act(K::make_act(ab + static_cast<size_t>(t) * a_row_bytes, nb, act_mem + static_cast<size_t>(t) * act_bytes));
-  // Software prefetch of small groups, about kPrefetchAheadBytes ahead: with one or two blocks
-  // per row (the demo model's 256-wide output layer: one Q6_K super-block, 1,680 bytes a group on
-  // AVX2) the hardware prefetcher does not run far enough ahead of the stream of short groups, and
-  // each group's first loads wait for memory (demo model tg128 at -t 1 on an AVX2 EPYC: 54-65 t/s
-  // without, 113-125 with). Larger groups are left to the hardware prefetcher: prefetching a
-  // whole 4-22 KB group at once slowed synth Qwen2.5-0.5B Q4_0 by a fifth.
-  const int64_t g_end = (row0 + nr + kW - 1) / kW;
-  const int64_t ahead = group_bytes <= kPrefetchGroupBytes
-                            ? static_cast<int64_t>((kPrefetchAheadBytes + group_bytes - 1) / group_bytes)
-                            : 0;
   for (int64_t G0 = row0 / kW; G0 * kW < row0 + nr; ++G0) {
     const uint8_t* grp = pk + static_cast<size_t>(G0) * group_bytes;
-    if (ahead > 0 && G0 + ahead < g_end) {
-      const uint8_t* next = grp + static_cast<size_t>(ahead) * group_bytes;
-      for (size_t off = 0; off < group_bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(next + off), _MM_HINT_T0);
-    }
     int64_t t0 = 0;
     for (; t0 + 4 <= nc; t0 += 4) run_group<K, 4>(grp, nb, acts + t0, lanes, G0 * kW, row0, nr, t0, out, out_stride);
     switch (nc - t0) {
