@@ -420,6 +420,7 @@ TEST(ThreadPool, OnePiecePerThreadSplitsIntoContiguousRanges) {
 // An exception in one piece reaches the caller; the loop's other pieces still run, and the pool
 // works afterwards.
 TEST(ThreadPool, AnErrorInOnePieceIsRethrownAfterTheOthersRan) {
+  EnvOverride chunks("MINFER_POOL_CHUNKS", std::string("4"));  // 2 threads x 4: pieces of 8
   ThreadPool pool(2);
   std::atomic<int64_t> done{0};
   EXPECT_THROW(pool.parallel_for(64, 1, [&](int64_t b, int64_t e, int) {

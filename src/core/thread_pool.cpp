@@ -74,7 +74,7 @@ void ThreadPool::publish(bool broadcast) {
   generation_.notify_all();
 }
 
-void ThreadPool::note_error() {
+void ThreadPool::note_error() noexcept {
   std::lock_guard lock(error_mu_);
   if (!error_) error_ = std::current_exception();
 }

@@ -71,7 +71,7 @@ class ThreadPool {
   void claim_pieces(int ith);
   /// Wakes the workers for a new job; `broadcast`: run() (every worker once), else pieces.
   void publish(bool broadcast);
-  void note_error();
+  void note_error() noexcept;
   void worker_loop(int index);
 
   int n_threads_;
@@ -82,15 +82,17 @@ class ThreadPool {
   PieceFn pieces_{};                               // parallel_for's job
   /// Bumped by 2 for every job; bit 0 tells its kind (1: run(), 0: pieces), so a worker that
   /// sees a value knows which job it is for.
-  std::atomic<uint32_t> generation_{0};
-  std::atomic<int> remaining_{0};  // run(): workers still running the job
+  // The words that idle workers spin on and the words that every claim writes sit on cache
+  // lines of their own, so a claim does not invalidate the line the sleepers-to-be are reading.
+  alignas(64) std::atomic<uint32_t> generation_{0};
+  std::atomic<bool> stop_{false};
+  alignas(64) std::atomic<int> remaining_{0};  // run(): workers still running the job
   /// parallel_for's claim counter: job number (bits 32..63), piece count (16..31) and the next
   /// unclaimed piece (0..15). A claim is one compare-and-swap on the whole word, so a thread that
   /// read an earlier loop's word can never claim a piece of a later one.
-  std::atomic<uint64_t> ticket_{0};
-  std::atomic<uint32_t> pieces_done_{0};
+  alignas(64) std::atomic<uint64_t> ticket_{0};
+  alignas(64) std::atomic<uint32_t> pieces_done_{0};
   uint32_t job_number_ = 0;
-  std::atomic<bool> stop_{false};
   std::mutex error_mu_;
   std::exception_ptr error_;
 };

@@ -51,8 +51,8 @@ void matmul_quantized(ThreadPool& pool, TensorType w_type, const void* w, int64_
     });
     return;
   }
-  // One call per thread with its whole row share and all tokens (gemm_tile repacks the
-  // activations once per call, then runs register tiles).
+  // One call per piece of rows (a few per thread, core/thread_pool.h) with all tokens: gemm_tile
+  // repacks the activations once per call, then runs register tiles.
   pool.parallel_for(m, 16, [&](int64_t j0, int64_t j1, int) {
     tk.gemm_tile(xq.k, wb + static_cast<size_t>(j0) * w_row, w_row, j1 - j0, xq.data, xq.row_bytes, xq.n,
                  y + j0, y_stride);
