@@ -78,7 +78,8 @@ if ((${#failures[@]})); then
   echo "=== failed ==="
   for f in "${failures[@]}"; do
     case "$f" in
-      ctest) sed -n '/tests passed, .* tests failed out of/,$p' build/ctest-output.txt | grep -v '^Total Test time' ;;
+      ctest) sed -n '/tests passed, .* tests failed out of/,$p' build/ctest-output.txt | grep -v '^Total Test time' ||
+        echo "ctest: no summary line (see build/ctest-output.txt)" ;;
       "server end to end") grep -E '^(FAIL |[0-9]+ passed, )' build/e2e-output.txt | cut -c1-400 || echo "server end to end: no summary line (timed out or crashed)" ;;
       fuzzing) grep -E 'FINDINGS|^==[0-9]+==ERROR|^SUMMARY' build/fuzz-output.txt | head -20 || true ;;
       *) echo "$f" ;;
