@@ -99,6 +99,9 @@ TEST(CliChatPty, ctrl_c_stops_a_reply_and_keeps_the_conversation) {
   at = c.out().size();
   c.send("/nosuch thing\r");
   ASSERT_TRUE(c.wait_for("unknown command /nosuch", at, 10)) << c.out();
+  // The next prompt first: a line typed before it would be echoed by the terminal ahead of the
+  // prompt, and the prompt's space would pass for the reply's first text below.
+  ASSERT_TRUE(c.wait_for("> ", c.out().find("unknown command /nosuch", at), 10)) << c.out();
   // A long reply, interrupted once it streams: the session goes on.
   at = c.out().size();
   c.send("Hello\r");
