@@ -69,7 +69,9 @@ TEST(CliLimits, huge_context_is_refused_up_front_naming_c_and_the_kv_cache_size)
 TEST(CliLimits, thread_count_above_the_hardware_is_capped_with_a_warning) {
   const Result r = sh(test::minfer_bin() + " run -m " + model() + " -p hi -n 4 --temp 0 -c 64 -t 1000");
   ASSERT_EQ(r.status, 0) << r.out;
-  EXPECT_NE(r.out.find("-t 1000 exceeds the "), std::string::npos) << r.out;
+  const size_t warned = r.out.find("-t 1000 exceeds the ");
+  ASSERT_NE(warned, std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("-t 1000 exceeds the ", warned + 1), std::string::npos) << "warned twice:\n" << r.out;
   EXPECT_NE(r.out.find("generated "), std::string::npos) << r.out;
   expect_one_line_error("run -m " + model() + " -p hi -n 2 -t -3", "-t -3 must be positive (or 0 or -1 for the default)");
 }

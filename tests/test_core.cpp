@@ -357,23 +357,11 @@ TEST(ThreadPool, ParallelForCoversEveryIndexOnceAndPropagatesErrors) {
   EXPECT_EQ(count.load(), 4);
 }
 
-// -t -1 is the default count (llama.cpp's spelling), -2 is refused, and a command that resolves
-// the same count twice (options checked before the model loads, then used) warns once.
-TEST(ThreadPool, MinusOneIsTheDefaultAndAWarningIsPrintedOnce) {
+// -t -1 is the default count (llama.cpp's spelling), and -2 is refused.
+TEST(ThreadPool, MinusOneIsTheDefaultCount) {
   EnvOverride threads("MINFER_THREADS", std::nullopt);
   EXPECT_EQ(resolve_thread_count(-1, "-t"), resolve_thread_count(0, "-t"));
   EXPECT_EQ(test::error_of([] { resolve_thread_count(-2, "-t"); }), "-t -2 must be positive (or 0 or -1 for the default)");
-  const unsigned hw_raw = std::thread::hardware_concurrency();
-  const int hw = hw_raw == 0 ? 1 : static_cast<int>(hw_raw);
-  if (hw >= 7001) GTEST_SKIP() << "a machine with more than 7000 threads";
-  const LogLevel level = log_level();
-  set_log_level(LogLevel::Info);
-  ::testing::internal::CaptureStderr();
-  EXPECT_EQ(resolve_thread_count(7001, "-t"), hw);
-  EXPECT_EQ(resolve_thread_count(7001, "-t"), hw);
-  const std::string err = ::testing::internal::GetCapturedStderr();
-  set_log_level(level);
-  EXPECT_EQ(err, fmt::format("minfer: warning: -t 7001 exceeds the {} hardware threads of this machine; using {}\n", hw, hw));
 }
 
 // Loops and run() jobs back to back, with more threads than this machine may have cores, so

@@ -11,6 +11,7 @@
 
 #include <unistd.h>  // environ
 
+#include "core/ascii.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -146,12 +147,6 @@ const EnvVar& row(std::string_view name) {
                           "(src/core/env.cpp)", name));
 }
 
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return s;
-}
-
 /// The row's choices, in table order ("a|b|c" -> {"a", "b", "c"}).
 std::vector<std::string_view> choices_of(const EnvVar& r) {
   std::vector<std::string_view> out;
@@ -250,7 +245,7 @@ void env_override(std::string_view name, std::optional<std::string> value) {
 
 bool env_flag(std::string_view name) {
   check_kind(name, EnvKind::Flag);
-  const std::string v = lower(env_string(name));
+  const std::string v = ascii_lower(env_string(name));
   if (v == "1" || v == "true" || v == "yes" || v == "on") return true;
   if (v.empty() || v == "0" || v == "false" || v == "no" || v == "off") return false;
   fail("environment variable {}={} is not a boolean (use 1 or 0; true/false, yes/no, on/off)", name,
@@ -286,8 +281,8 @@ std::string env_choice(std::string_view name) {
   const EnvVar& r = row(name);
   if (r.choices == nullptr)
     throw Error(fmt::format("internal error: environment variable {} is free text, not a choice (src/core/env.cpp)", name));
-  const std::string v = lower(env_string(name));
-  if (v.empty()) return lower(r.default_value);
+  const std::string v = ascii_lower(env_string(name));
+  if (v.empty()) return ascii_lower(r.default_value);
   const auto choices = choices_of(r);
   if (std::none_of(choices.begin(), choices.end(), [&](std::string_view c) { return c == v; }))
     fail("environment variable {}={} is not one of {}", name, shown(env_string(name)), choice_list(r));

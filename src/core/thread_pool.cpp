@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <mutex>
-#include <set>
 #include <string>
 
 #include "core/env.h"
@@ -169,19 +167,11 @@ int resolve_thread_count(int64_t requested, std::string_view option) {
   const int64_t given = requested == 0 ? env_int("MINFER_THREADS", 0) : requested;
   const std::string what =
       requested == 0 ? fmt::format("MINFER_THREADS={}", given) : fmt::format("{} {}", option, given);
-  // A command may resolve the same count twice (its options are checked before the model loads,
-  // then used): each warning is printed once per process.
-  static std::mutex mu;
-  static std::set<std::string> warned;
-  const auto warn_once = [&](const std::string& text) {
-    std::lock_guard lock(mu);
-    if (warned.insert(text).second) log_warn("{}", text);
-  };
   if (n > hw) {
-    warn_once(fmt::format("{} exceeds the {} hardware threads of this machine; using {}", what, hw, hw));
+    log_warn("{} exceeds the {} hardware threads of this machine; using {}", what, hw, hw);
     return static_cast<int>(hw);
   }
-  if (given > n) warn_once(fmt::format("{} is above the limit of {} threads; using {}", what, kMaxEnvThreads, n));
+  if (given > n) log_warn("{} is above the limit of {} threads; using {}", what, kMaxEnvThreads, n);
   return static_cast<int>(n);
 }
 

@@ -80,10 +80,10 @@ class ThreadPool {
   std::vector<std::thread> workers_;
   const std::function<void(int)>* job_ = nullptr;  // run()'s job
   PieceFn pieces_{};                               // parallel_for's job
-  /// Bumped by 2 for every job; bit 0 tells its kind (1: run(), 0: pieces), so a worker that
-  /// sees a value knows which job it is for.
   // The words that idle workers spin on and the words that every claim writes sit on cache
   // lines of their own, so a claim does not invalidate the line the sleepers-to-be are reading.
+  /// Bumped by 2 for every job; bit 0 tells its kind (1: run(), 0: pieces), so a worker that
+  /// sees a value knows which job it is for.
   alignas(64) std::atomic<uint32_t> generation_{0};
   std::atomic<bool> stop_{false};
   alignas(64) std::atomic<int> remaining_{0};  // run(): workers still running the job
@@ -109,7 +109,7 @@ int default_thread_count();
 /// because spinning workers that share cores make every parallel step wait for descheduled
 /// threads. The warning names the count as given ("MINFER_THREADS=5000 exceeds the 16 hardware
 /// threads of this machine; using 16"), also when MINFER_THREADS was above the 1024 cap.
-/// -1 means the default too (llama.cpp's spelling). Each warning is printed once per process.
+/// -1 means the default too (llama.cpp's spelling).
 /// Throws minfer::Error "<option> <n> must be positive ..." for a count below -1.
 int resolve_thread_count(int64_t requested, std::string_view option);
 

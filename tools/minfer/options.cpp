@@ -60,7 +60,7 @@ void apply_flash_attn(const std::string& fa) {
                fa == "off" ? std::optional<std::string>("1") : fa == "on" ? std::optional<std::string>("0") : std::nullopt);
 }
 
-EngineConfig ModelArgs::engine_config(int64_t n_layer) const {
+EngineConfig ModelArgs::checked_config() const {
   EngineConfig c;
   c.device = parse_device(device);
   c.n_threads = resolve_thread_count(threads, "-t");
@@ -78,6 +78,10 @@ EngineConfig ModelArgs::engine_config(int64_t n_layer) const {
     fail("K cache type {} and V cache type {} differ: minfer's attention kernels read one KV format, give the "
          "same type to both (-ctk/-ctv, or --cache-type)", k, v);
   (void)parse_flash_attn(flash_attn);
+  return c;
+}
+
+void ModelArgs::place(EngineConfig& c, int64_t n_layer) const {
   if (!gpu_layers.empty()) {
     const int64_t ngl = parse_gpu_layers(gpu_layers);
     const bool device_given = device_opt != nullptr && device_opt->count() > 0;
@@ -95,7 +99,6 @@ EngineConfig ModelArgs::engine_config(int64_t n_layer) const {
     }
   }
   if (batch > 0) c.n_ubatch = static_cast<int32_t>(std::min<int64_t>(c.n_ubatch > 0 ? c.n_ubatch : default_ubatch(c.device), batch));
-  return c;
 }
 
 std::string process_escapes(std::string_view text) {
@@ -223,10 +226,16 @@ chat::ChatTemplate chat_template_for(std::optional<chat::ChatTemplate> override_
 
 LoadedModel load_model(const ModelArgs& args) {
   LoadedModel lm;
-  (void)args.engine_config();  // the option values are checked before the model loads
+  // The option values are checked (and the thread count resolved, once) before the model loads;
+  // -ngl's placement needs the layer count.
+  EngineConfig cfg = args.checked_config();
+  {
+    EngineConfig early = cfg;
+    args.place(early, -1);
+  }
   lm.model = Model::load(args.model);
   const Model& m = *lm.model;
-  const EngineConfig cfg = args.engine_config(m.hparams().n_layer);  // -ngl needs the layer count
+  args.place(cfg, m.hparams().n_layer);
   apply_flash_attn(parse_flash_attn(args.flash_attn));
   if (m.tokenizer() == nullptr) fail("{}: the file has no tokenizer (tokenizer.ggml.* metadata)", args.model);
   lm.engine = std::make_unique<Engine>(lm.model, cfg);

@@ -38,12 +38,16 @@ struct ModelArgs {
   /// Adds -m/--model, --device, -t/--threads, -c/--ctx-size, -ub/--ubatch-size, --cache-type,
   /// -ctk/-ctv, -ngl/--n-gpu-layers, -fa/--flash-attn, -b/--batch-size, --no-warmup.
   void add(CLI::App* cmd);
-  /// The engine's configuration. With `n_layer` >= 0 (the loaded model's layer count) a given
-  /// -ngl chooses the device: 0 the CPU, n_layer or more ("all", -1) CUDA; anything in between
-  /// throws minfer::Error (a model is placed all or nothing), as does an -ngl that contradicts a
-  /// given --device. Without it (before the model loads) only the values are checked.
-  /// Also throws for K and V cache types that differ (the attention kernels read one KV format).
-  EngineConfig engine_config(int64_t n_layer = -1) const;
+  /// The engine's configuration from the option values, checked, before the model is known (the
+  /// device and ubatch are final only after place()). Throws minfer::Error for a bad value and for
+  /// K and V cache types that differ (the attention kernels read one KV format).
+  EngineConfig checked_config() const;
+  /// Completes `c` (from checked_config) for a model of `n_layer` layers. A given -ngl chooses the
+  /// device: 0 the CPU, n_layer or more ("all", -1) CUDA; anything in between throws
+  /// minfer::Error (a model is placed all or nothing), as does an -ngl that contradicts a given
+  /// --device. With `n_layer` < 0 (before the load) only what does not need the layer count is
+  /// checked. Then -b caps the ubatch.
+  void place(EngineConfig& c, int64_t n_layer) const;
 };
 
 /// -ngl VALUE: a whole number >= 0, or "all" / -1 (every layer: returned as INT64_MAX).

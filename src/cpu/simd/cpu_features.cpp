@@ -6,6 +6,7 @@
 #include <cctype>
 #include <string>
 
+#include "core/ascii.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -74,13 +75,6 @@ CpuFeatures detect() {
 CpuFeatures detect() { return {}; }
 #endif
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
-}
-
 }  // namespace
 
 const CpuFeatures& cpu_features() {
@@ -116,7 +110,7 @@ SimdLevel max_supported_level() {
 }
 
 SimdLevel level_for_request(std::string_view request, SimdLevel cpu_max) {
-  const std::string r = lower(request);
+  const std::string r = ascii_lower(request);
   SimdLevel want;
   if (r.empty() || r == "auto") return cpu_max;
   if (r == "scalar") want = SimdLevel::kScalar;
