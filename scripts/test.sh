@@ -39,7 +39,7 @@ time ctest --test-dir build --output-on-failure --no-tests=error -j"$jobs" 2>&1 
 # End to end: `minfer serve` on a loopback port driven by the official OpenAI Node client
 # (tests/server/e2e.mjs; npm `openai` pinned by tests/server/package-lock.json). Prints
 # "N passed, M failed"; a failure fails the run.
-if ! build/tools/minfer/minfer serve -m /nonexistent.gguf --port 0 2>&1 | grep -q 'built without the server'; then
+if ! timeout -s KILL 30 build/tools/minfer/minfer serve -m /nonexistent.gguf --port 0 2>&1 | grep -q 'built without the server'; then
   command -v node >/dev/null 2>&1 || { echo "test.sh: node (20+) is needed for the server tests" >&2; exit 1; }
   step "server end to end"
   time (cd tests/server && timeout 600 npm ci --no-audit --no-fund --loglevel=error)
