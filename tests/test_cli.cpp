@@ -59,6 +59,14 @@ TEST(Cli, BadInputIsOneLineAndExitStatusOne) {
   EXPECT_NE(r.out.find("minfer: error: /nonexistent/model.gguf: cannot open"), std::string::npos) << r.out;
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
 
+  // serve starts its listener before the load; a failed load must still exit at once (it hung
+  // when the listener was stopped before it listened). `timeout` turns a hang into status 137.
+  for (int i = 0; i < 5; ++i) {
+    r = sh("timeout -s KILL 30 " + bin + " serve -m /nonexistent/model.gguf --port 0");
+    EXPECT_EQ(r.status, 1) << "attempt " << i << ":\n" << r.out;
+    EXPECT_NE(r.out.find("minfer: error: /nonexistent/model.gguf: cannot open"), std::string::npos) << r.out;
+  }
+
   const std::string junk = (test::temp_dir() / "junk.gguf").string();
   sh("printf 'GGUF\\x03\\x00\\x00\\x00garbage' > " + junk);
   r = sh(bin + " run -m " + junk + " -p hi");

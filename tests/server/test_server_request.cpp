@@ -3,7 +3,12 @@
 // 413, 503 while loading) over loopback.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
 
 #include "server/request.h"
 
@@ -184,6 +189,33 @@ TEST(ServerRequest, MetricsTextHasTheGaugesCountersAndACumulativeHistogram) {
 }
 
 #ifdef MINFER_HAS_SERVER
+// `serve` starts listening, then loads the model; a load that fails at once stops the listener
+// before its thread has entered the accept loop. That stop used to be lost (httplib's stop() does
+// nothing before the loop runs) and the join then waited forever. Each start/stop pair must return;
+// a hang fails the test after 60 s instead of blocking the run.
+TEST(ServerHttp, StopRightAfterStartReturns) {
+  std::atomic<int> done{0};
+  std::thread worker([&] {
+    for (int i = 0; i < 200; ++i) {
+      HttpOptions o;
+      o.port = 0;
+      HttpServer server(o);
+      server.start();
+      server.stop();
+      done = i + 1;
+    }
+  });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (done < 200 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (done < 200) {
+    ADD_FAILURE() << "start/stop pair " << done + 1 << " of 200 did not return within 60 s";
+    std::fflush(stdout);
+    std::_Exit(1);  // the stuck thread cannot be joined
+  }
+  worker.join();
+}
+
 TEST(ServerHttp, ApiKeyUnknownPathBodyLimitAndLoadingAnswerOpenAiErrors) {
   HttpOptions o;
   o.port = 0;

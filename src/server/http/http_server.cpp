@@ -113,6 +113,7 @@ struct HttpServer::Impl {
   HttpOptions opt;
   httplib::Server svr;
   std::thread listener;
+  std::atomic<bool> listen_returned{false};  ///< the listener thread has left listen_after_bind
   std::atomic<bool> ready{false};
   ServingModel model;
   std::atomic<uint64_t> next_id{1};
@@ -551,7 +552,11 @@ void HttpServer::start() {
     if (!m.svr.bind_to_port(m.opt.host, m.opt.port)) fail("server: cannot bind to {}:{} (in use, or not an address of this machine)", m.opt.host, m.opt.port);
     port_ = m.opt.port;
   }
-  m.listener = std::thread([&m] { m.svr.listen_after_bind(); });
+  m.listen_returned = false;
+  m.listener = std::thread([&m] {
+    m.svr.listen_after_bind();
+    m.listen_returned = true;
+  });
 }
 
 void HttpServer::set_ready(const ServingModel& model) {
@@ -564,6 +569,11 @@ int HttpServer::in_flight() const { return impl_->in_flight; }
 void HttpServer::stop() {
   Impl& m = *impl_;
   if (m.listener.joinable()) {
+    // httplib's stop() only closes the socket of a server that is already listening: called
+    // before the listener thread has entered its accept loop, it does nothing and the loop then
+    // runs forever (seen when `serve` fails to load its model right after start()). So wait until
+    // the loop runs (or has given up), then stop it.
+    while (!m.svr.is_running() && !m.listen_returned) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     m.svr.stop();
     m.listener.join();
   }
