@@ -4,9 +4,11 @@
 # benchmark models with `minfer synth --distinct-rows 64` (the decode_session.sh files), then runs
 # both tools on each file in interleaved rounds so both see the same machine state.
 #   build   unpacks LLAMA_SRC_TARBALL into LLAMA_SRC (default /tmp/llama-src) and builds
-#           llama-bench into LLAMA_BUILD (default /tmp/llama-build; -DGGML_CUDA=ON, sm_90,
-#           Release, ninja -j16) with the log in OUTDIR/peer_build.log; skipped when
-#           LLAMA_BUILD/bin/llama-bench exists (an interrupted build resumes where it stopped)
+#           PEER_TARGETS (default llama-bench) into LLAMA_BUILD (default /tmp/llama-build;
+#           -DGGML_CUDA=ON, sm_90, Release, ninja -j16) with the log in OUTDIR/peer_build.log;
+#           skipped when LLAMA_BUILD/bin has all of them (an interrupted build resumes where it
+#           stopped); llama-server in PEER_TARGETS configures with -DLLAMA_BUILD_SERVER=ON and no
+#           web UI (-DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF: no download)
 #   models  Qwen2.5-0.5B, 1.5B, 7B in Q4_K_M, Q8_0, Q4_0 and Qwen3-8B Q4_K_M into MODELS_DIR
 #           (default /tmp/minfer-models), made when missing
 #   rounds  ROUNDS (default 2) rounds per row of tg128 (-p 0 -n 128 -r 5): llama-bench -ngl 99 -fa 1
@@ -27,7 +29,8 @@
 #   GEN (tokens, default 128), REPS (repetitions per run, default 5), BW_GBS, MODELS_DIR,
 #   LLAMA_SRC, LLAMA_BUILD (e.g. .carry/llama-build, inside the work tree, to keep the build
 #   between device calls), LLAMA_BENCH (a llama-bench to use instead of building one),
-#   JOBS (build jobs, default 16), PEER_DEVICE (cuda, or cpu: a CPU-only build, -ngl 0 and
+#   JOBS (build jobs, default 16), PEER_TARGETS (ninja targets to build, default llama-bench;
+#   e.g. "llama-bench llama-server"), PEER_DEVICE (cuda, or cpu: a CPU-only build, -ngl 0 and
 #   --device cpu, for a test run on a machine without a GPU), THREADS (-t for both tools).
 set -uo pipefail
 caller=$PWD
@@ -138,9 +141,17 @@ threads=()
 command -v nvidia-smi >/dev/null && [[ $device == cuda ]] &&
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader
 
-# ---- build: llama-bench from the pruned tarball (PRUNED.txt inside says what was dropped)
+# ---- build: PEER_TARGETS from the pruned tarball (PRUNED.txt inside says what was dropped)
 llama=${LLAMA_BENCH:-$lbuild/bin/llama-bench}
-if [[ ! -x $llama ]]; then
+targets=${PEER_TARGETS:-llama-bench}
+server_flags=(-DLLAMA_BUILD_SERVER=OFF)
+[[ " $targets " == *" llama-server "* ]] &&
+  server_flags=(-DLLAMA_BUILD_SERVER=ON -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF)
+missing=()
+for t in $targets; do
+  [[ $t == llama-bench && -x $llama ]] || [[ -x $lbuild/bin/$t ]] || missing+=("$t")
+done
+if ((${#missing[@]})); then
   t0=$(date +%s)
   if [[ ! -f $lbuild/build.ninja ]]; then
     rm -rf "$lsrc" && mkdir -p "$lsrc" && tar -xJf "$tarball" -C "$lsrc" --strip-components=1 ||
@@ -152,16 +163,20 @@ if [[ ! -x $llama ]]; then
     fi
     echo "peer build: configuring llama.cpp $commit in $lbuild"
     cmake -S "$lsrc" -B "$lbuild" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cuda_flags[@]}" \
-      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
+      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF "${server_flags[@]}" -DLLAMA_BUILD_APP=OFF \
       -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_COMMIT="$commit" >"$out/peer_build.log" 2>&1 ||
       { tail -30 "$out/peer_build.log"; echo "peer_side_by_side: llama.cpp configure failed" >&2; rm -f "$lbuild/build.ninja"; exit 1; }
+  elif [[ $server_flags == -DLLAMA_BUILD_SERVER=ON ]] && ! ninja -C "$lbuild" -t query llama-server >/dev/null 2>&1; then
+    echo "peer build: reconfiguring $lbuild with the server"  # configured earlier for llama-bench only
+    cmake "$lbuild" "${server_flags[@]}" >"$out/peer_build.log" 2>&1 ||
+      { tail -30 "$out/peer_build.log"; echo "peer_side_by_side: llama.cpp configure failed" >&2; exit 1; }
   fi
-  echo "peer build: ninja -j${JOBS:-16} llama-bench (log $out/peer_build.log)"
-  ninja -C "$lbuild" -j"${JOBS:-16}" llama-bench >>"$out/peer_build.log" 2>&1 ||
-    { tail -30 "$out/peer_build.log"; echo "peer_side_by_side: llama-bench build failed" >&2; exit 1; }
+  echo "peer build: ninja -j${JOBS:-16} ${missing[*]} (log $out/peer_build.log)"
+  ninja -C "$lbuild" -j"${JOBS:-16}" "${missing[@]}" >>"$out/peer_build.log" 2>&1 ||
+    { tail -30 "$out/peer_build.log"; echo "peer_side_by_side: ${missing[*]} build failed" >&2; exit 1; }
   echo "peer build: $(($(date +%s) - t0)) s"
 fi
-[[ -x $llama ]] || { echo "peer_side_by_side: no llama-bench at $llama" >&2; exit 1; }
+[[ -x $llama || ${ROWS:-} == none ]] || { echo "peer_side_by_side: no llama-bench at $llama" >&2; exit 1; }
 
 last_line() { grep -v '^\s*$' "$1" | tail -1 | cut -c1-200; }  # a log's last words, for the table
 
