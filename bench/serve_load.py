@@ -56,6 +56,7 @@ def one_request(url, prompt, max_tokens, api_key, timeout):
 
 
 def run(url, concurrency, requests, prompt, max_tokens, api_key, timeout):
+    """prompt(i): the prompt of request i."""
     lock = threading.Lock()
     ttfts, tokens, errors = [], [0], []
     left = [requests]
@@ -66,8 +67,9 @@ def run(url, concurrency, requests, prompt, max_tokens, api_key, timeout):
                 if left[0] == 0:
                     return
                 left[0] -= 1
+                i = left[0]
             try:
-                t, n = one_request(url, prompt, max_tokens, api_key, timeout)
+                t, n = one_request(url, prompt(i), max_tokens, api_key, timeout)
                 with lock:
                     ttfts.append(t)
                     tokens[0] += n
@@ -105,9 +107,10 @@ def main():
     ap.add_argument("--json", action="store_true", help="one JSON object per line")
     a = ap.parse_args()
     # " x" is one token in BPE vocabularies of the Qwen/Llama kind; a distinct number first per
-    # level keeps prefix caches from turning the test into a decode-only one.
+    # level and request keeps prefix caches from turning the test into a decode-only one.
     for c in [int(x) for x in a.concurrency.split(",")]:
-        prompt = f"{c}:" + " x" * max(1, a.prompt_tokens - 2)
+        def prompt(i, c=c):
+            return f"{c}-{i}:" + " x" * max(1, a.prompt_tokens - 4)
         r = run(a.url, c, a.requests or 2 * c, prompt, a.max_tokens, a.api_key, a.timeout)
         if a.json:
             print(json.dumps(r))

@@ -122,6 +122,19 @@ TEST(CliLimits, bench_pg_takes_a_pair_and_reports_it) {
   EXPECT_NE(r.out.find("pp4+tg1"), std::string::npos) << r.out;
 }
 
+// -npl N: N sequences decoded together; t/s counts every sequence's tokens, and more sequences
+// than the KV cache's sequence ids is a one-line error before any run.
+TEST(CliLimits, bench_npl_decodes_sequences_together_and_refuses_too_many) {
+  const Result r = sh(test::minfer_bin() + " bench -m " + model() + " -p 0 -n 3 -d 4 -npl 1,3 -r 1 -t 1 -o jsonl");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("\"n_parallel\":3"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"n_parallel\":1"), std::string::npos) << r.out;
+  const Result md = sh(test::minfer_bin() + " bench -m " + model() + " -p 0 -n 2 -npl 2 -r 1 -t 1");
+  ASSERT_EQ(md.status, 0) << md.out;
+  EXPECT_NE(md.out.find("tg2 x2"), std::string::npos) << md.out;
+  expect_one_line_error("bench -m " + model() + " -p 0 -n 2 -npl 65", "-npl 65");
+}
+
 // bench's KV type follows MINFER_CACHE_TYPE (any case) when -ctk is not given, as run's does.
 TEST(CliLimits, bench_takes_the_cache_type_from_the_environment_unless_ctk_is_given) {
   const std::string cmd = " " + test::minfer_bin() + " bench -m " + model() + " -p 0 -n 1 -r 1 -t 1 -o jsonl";

@@ -24,6 +24,7 @@
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
+#include "kv/kv_cache.h"
 #include "gguf/gguf.h"
 #include "options.h"
 #include "quant/quant.h"
@@ -42,6 +43,7 @@ struct BenchArgs {
   std::vector<std::string> ctk;  ///< empty: MINFER_CACHE_TYPE, else f16 (as run's --cache-type)
   std::vector<std::string> ctv;
   std::vector<std::string> depth{"0"};
+  std::vector<std::string> n_parallel{"1"};  ///< sequences decoded together (llama-batched-bench's -npl)
   std::vector<std::string> devices{"cpu"};
   int reps = 5;
   std::string output = "md";
@@ -115,11 +117,13 @@ std::string csv_quote(const std::string& raw) {
 
 struct Test {
   int64_t n_prompt = 0, n_gen = 0, n_depth = 0;
+  int64_t n_par = 1;  ///< sequences: each gets the depth and the prompt, then decodes in one batch with the others
   std::string name() const {
     std::string s = n_prompt > 0 && n_gen == 0 ? fmt::format("pp{}", n_prompt)
                     : n_gen > 0 && n_prompt == 0 ? fmt::format("tg{}", n_gen)
                                                   : fmt::format("pp{}+tg{}", n_prompt, n_gen);
     if (n_depth > 0) s += fmt::format(" @ d{}", n_depth);
+    if (n_par > 1) s += fmt::format(" x{}", n_par);
     return s;
   }
 };
@@ -181,9 +185,47 @@ struct Result {
   }
 };
 
+// One timed run of n_par sequences (-npl): each gets its untimed depth, then (timed) its prompt,
+// sequence after sequence, then n_gen steps that each decode one token of every sequence in one
+// forward, with the logits of all of them (as a server's decode step). Returns nanoseconds.
+double run_parallel(Engine& e, const Test& t, int64_t n_batch, std::mt19937& rng) {
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(e.n_vocab() - 1));
+  const auto random_tokens = [&](int64_t n) {
+    std::vector<int32_t> v(static_cast<size_t>(n));
+    for (auto& x : v) x = tok(rng);
+    return v;
+  };
+  const auto feed = [&](int32_t seq, int64_t n) {
+    for (int64_t done = 0; done < n; done += n_batch) {
+      const std::vector<int32_t> v = random_tokens(std::min(n_batch, n - done));
+      e.forward_view(Batch::sequence(v, e.n_past(seq), seq, false));
+    }
+  };
+  e.reset();
+  for (int32_t s = 0; s < t.n_par; ++s) feed(s, t.n_depth);
+  const double t0 = now_ns();
+  for (int32_t s = 0; s < t.n_par; ++s) feed(s, t.n_prompt);
+  Batch step;
+  for (int64_t i = 0; i < t.n_gen; ++i) {
+    step.tokens.clear();
+    step.positions.clear();
+    step.seq_ids.clear();
+    step.logits.assign(static_cast<size_t>(t.n_par), 1);
+    for (int32_t s = 0; s < t.n_par; ++s) {
+      step.tokens.push_back(tok(rng));
+      step.positions.push_back(e.n_past(s));
+      step.seq_ids.push_back(s);
+    }
+    e.forward_view(step);
+  }
+  e.backend().synchronize();
+  return now_ns() - t0;
+}
+
 // One timed run: optional untimed depth, then the prompt in n_batch chunks, then n_gen single
 // tokens. Returns nanoseconds of the timed part.
 double run_once(Engine& e, const Test& t, int64_t n_batch, std::mt19937& rng) {
+  if (t.n_par > 1) return run_parallel(e, t, n_batch, rng);
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(e.n_vocab() - 1));
   const auto random_tokens = [&](int64_t n) {
     std::vector<int32_t> v(static_cast<size_t>(n));
@@ -303,6 +345,7 @@ nlohmann::ordered_json to_json(const Result& r) {
   j["n_prompt"] = r.t.n_prompt;
   j["n_gen"] = r.t.n_gen;
   j["n_depth"] = r.t.n_depth;
+  j["n_parallel"] = r.t.n_par;
   j["test"] = r.test;
   j["test_time"] = r.test_time;
   double avg_ns = 0;
@@ -378,11 +421,15 @@ void bench(const BenchArgs& args) {
   const std::vector<int64_t> prompts = int_list(a.n_prompt, "-p", 0);
   const std::vector<int64_t> gens = int_list(a.n_gen, "-n", 0);
   std::vector<Test> tests;
-  for (const int64_t depth : int_list(a.depth, "-d", 0)) {
-    for (const int64_t p : prompts) if (p > 0) tests.push_back({p, 0, depth});
-    for (const int64_t n : gens) if (n > 0) tests.push_back({0, n, depth});
-    for (const auto& [p, n] : pgs) tests.push_back({p, n, depth});
-  }
+  const std::vector<int64_t> npls = int_list(a.n_parallel, "-npl", 1);
+  for (const int64_t np : npls)
+    if (np > KvCache::kMaxSeq) fail("bench: -npl {} is more than the {} sequences an engine holds", np, KvCache::kMaxSeq);
+  for (const int64_t np : npls)
+    for (const int64_t depth : int_list(a.depth, "-d", 0)) {
+      for (const int64_t p : prompts) if (p > 0) tests.push_back({p, 0, depth, np});
+      for (const int64_t n : gens) if (n > 0) tests.push_back({0, n, depth, np});
+      for (const auto& [p, n] : pgs) tests.push_back({p, n, depth, np});
+    }
   if (tests.empty()) fail("bench: no tests to run (-p and -n are all 0 and no -pg was given)");
   const std::vector<std::string> ctk_given = a.ctk.empty() ? std::vector<std::string>{default_cache_type()} : a.ctk;
   auto ctv = split_list(a.ctv.empty() ? ctk_given : a.ctv, "-ctv");
@@ -456,7 +503,7 @@ void bench(const BenchArgs& args) {
       c.n_ubatch = std::min({c.n_ubatch > 0 ? c.n_ubatch : int64_t{default_ubatch(parse_device(c.device))}, c.n_batch,
                              int64_t{1} << 30});
       int64_t need = 0;
-      for (const Test& t : tests) need = std::max(need, t.n_depth + t.n_prompt + t.n_gen);
+      for (const Test& t : tests) need = std::max(need, (t.n_depth + t.n_prompt + t.n_gen) * t.n_par);
       EngineConfig ec;
       ec.device = parse_device(c.device);
       ec.n_threads = c.threads;
@@ -489,7 +536,7 @@ void bench(const BenchArgs& args) {
         for (int rep = 0; rep < a.reps; ++rep) {
           const double ns = run_once(engine, t, c.n_batch, rng);
           r.samples_ns.push_back(ns);
-          r.samples_ts.push_back(static_cast<double>(t.n_prompt + t.n_gen) / (ns / 1e9));
+          r.samples_ts.push_back(static_cast<double>((t.n_prompt + t.n_gen) * t.n_par) / (ns / 1e9));
           if (a.progress) log_info("{} {}: rep {} {:.2f} t/s", path, r.test, rep + 1, r.samples_ts.back());
         }
         if (a.output == "jsonl") std::printf("%s\n", to_json(r).dump().c_str());
@@ -541,6 +588,10 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("-n,--n-gen", a->n_gen, "generated tokens (list)")->capture_default_str();
   cmd->add_option("--pg", a->pg, "prompt+generation test P,N (repeatable; also -pg)");
   cmd->add_option("-d,--n-depth", a->depth, "tokens already in the cache before each test (list)")->capture_default_str();
+  cmd->add_option("--n-parallel", a->n_parallel,
+                  "sequences per test, decoded together one token each per forward (list; also -npl): "
+                  "t/s counts the tokens of all of them")
+      ->capture_default_str();
   cmd->add_option("-r,--repetitions", a->reps, "repetitions of each test")->capture_default_str();
   cmd->add_option("-t,--threads", a->threads, "CPU threads (list; default: all cores)");
   cmd->add_option("-b,--batch-size", a->n_batch, "tokens per decode call (list)")->capture_default_str();

@@ -15,7 +15,7 @@ inline constexpr std::pair<const char*, const char*> kLlamaStyleOptions[] = {
     {"-np", "--parallel"},
     {"-cnv", "--conversation"}, {"-no-cnv", "--no-conversation"}, {"-st", "--single-turn"},
     {"-sys", "--system-prompt"}, {"-co", "--color"}, {"-mmp", "--mmap"}, {"-dev", "--device"},
-    {"-md", "--model-draft"},
+    {"-md", "--model-draft"}, {"-npl", "--n-parallel"},
 };
 
 void add_env_command(CLI::App& app);
