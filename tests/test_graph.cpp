@@ -51,6 +51,38 @@ TEST(Graph, ShapeMismatchIsAnErrorNamingTheNode) {
   }
 }
 
+// Attn's optional hints: per-token bounds must be i32 [2 * n], seq_window in [0, n_kv] and
+// seq_tokens in [0, n]; the node records them (source 7, p.seq_window, p.seq_tokens).
+TEST(Graph, AttnBoundsHintsAreCheckedAndRecorded) {
+  const auto build = [](int64_t bounds_len, int32_t seq_tokens, int64_t seq_window) {
+    Graph g;
+    const NodeId q = g.input(InputKind::Other, TensorType::F32, {8, 3, 1, 1}, "q");
+    const NodeId k = g.kv_region(0, 0, TensorType::F16, 4, 64);
+    const NodeId v = g.kv_region(0, 1, TensorType::F16, 4, 64);
+    const auto i32 = [&](int64_t n, const char* name) { return g.input(InputKind::Other, TensorType::I32, {n, 1, 1, 1}, name); };
+    const NodeId b = i32(bounds_len, "bounds");
+    const NodeId a = g.attn(q, k, v, i32(3, "pos"), i32(3, "seq"), i32(32, "kv_pos"), i32(32, "kv_seq"), 2, 1, 4, 32,
+                            0.5f, "blk.0.attn", b, seq_tokens, seq_window);
+    return std::pair<Graph, NodeId>(std::move(g), a);
+  };
+  const auto [g, a] = build(6, 1, 32);
+  EXPECT_EQ(g.node(a).n_src, 8);
+  EXPECT_EQ(g.node(a).p.seq_tokens, 1);
+  EXPECT_EQ(g.node(a).p.seq_window, 32);
+  const auto fails = [&](int64_t len, int32_t st, int64_t sw, const char* what) {
+    try {
+      build(len, st, sw);
+      ADD_FAILURE() << "expected an error about " << what;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("blk.0.attn"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  fails(3, 1, 32, "bounds must be i32 [6]");
+  fails(6, 4, 32, "seq_tokens 4");
+  fails(6, 1, 33, "seq_window 33");
+}
+
 // x -> q/k/v projections with biases -> sum of the three; FFN: down(silu(gate x) * up x).
 struct Toy {
   std::vector<float> wq = random_vec(16 * 16, 1), wk = random_vec(16 * 8, 2), wv = random_vec(16 * 8, 3);

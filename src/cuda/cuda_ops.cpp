@@ -60,6 +60,8 @@ AttnShape attn_shape(const Graph& g, const Node& n) {
   s.n_head_kv = n.p.n_head_kv;
   s.head_dim = n.p.head_dim;
   s.n_kv = n.p.n_kv;
+  s.seq_tok = n.p.seq_tokens;
+  s.window = n.n_src > 7 && n.src[7] != graph::kNoNode ? n.p.seq_window : 0;
   return s;
 }
 
@@ -368,11 +370,13 @@ void op_attn(const OpArgs& a) {
   args.seq = a.in<int32_t>(4);
   args.kv_pos = a.in<int32_t>(5);
   args.kv_seq = a.in<int32_t>(6);
+  if (s.window > 0) args.kv_bounds = a.in<int32_t>(7);
   args.scale = a.n.p.scale;
   args.out = a.out();
   args.scratch = a.scratch;
   const TensorType kv = a.s(1).type;
-  // Decode shapes (nt <= 8) take the split-K decode kernels; the plan never depends on nt.
+  // Decode shapes (nt <= 8, or up to 64 tokens of several sequences with at most 8 each) take the
+  // split-K decode kernels; the plan never depends on nt.
   if (*attn_decode_unsupported(s, kv) == '\0')
     launched(attn_decode(kv, s, attn_decode_plan(s, a.sm_count, a.attn_chunk, a.attn_head_slices), args, a.stream), a);
   else if (a.flash_attn && flash_attn_preferred(s, kv, a.sm_count))  // prefill (nt > 8): flash_attn.cuh

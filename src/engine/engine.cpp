@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -28,7 +29,7 @@ namespace minfer {
 using graph::BackendKind;
 
 namespace {
-constexpr size_t kMaxCachedGraphs = 8;
+constexpr size_t kMaxCachedGraphs = 32;
 }
 
 Batch Batch::sequence(std::span<const int32_t> tokens, int32_t start, int32_t seq, bool all_logits) {
@@ -306,15 +307,11 @@ void Engine::execute_ubatch(std::span<const int32_t> tokens, std::span<const int
   const int64_t g = cfg_.kv_window_granule;
   const int64_t n_kv = std::min<int64_t>(cfg_.n_ctx, (kv_->used_extent() + g - 1) / g * g);
 
-  graph::GraphParams params;
-  params.n_tokens = nt;
-  params.n_outputs = static_cast<int32_t>(out_ids.size());
-  params.n_kv = n_kv;
-  params.kv_type = cfg_.kv_type;
-  CachedGraph& cg = graph_for(params);
-  graph::PreparedGraph& pg = *cg.prepared;
-
   std::vector<int32_t> kv_pos(static_cast<size_t>(n_kv)), kv_seq(static_cast<size_t>(n_kv));
+  // Per sequence of the ubatch: the first and one past the last cell it holds in the window.
+  std::array<int32_t, KvCache::kMaxSeq> lo, hi;
+  lo.fill(static_cast<int32_t>(n_kv));
+  hi.fill(0);
   const auto& table = kv_->cells();
   for (int64_t c = 0; c < n_kv; ++c) {
     kv_pos[static_cast<size_t>(c)] = table[static_cast<size_t>(c)].pos;
@@ -323,7 +320,37 @@ void Engine::execute_ubatch(std::span<const int32_t> tokens, std::span<const int
     const uint64_t seqs = table[static_cast<size_t>(c)].seqs;
     const uint64_t mine = seqs & seq_set;
     kv_seq[static_cast<size_t>(c)] = seqs == 0 ? -1 : std::countr_zero(mine != 0 ? mine : seqs);
+    if (mine != 0 && kv_pos[static_cast<size_t>(c)] >= 0) {
+      const int s = std::countr_zero(mine);
+      lo[static_cast<size_t>(s)] = std::min(lo[static_cast<size_t>(s)], static_cast<int32_t>(c));
+      hi[static_cast<size_t>(s)] = static_cast<int32_t>(c + 1);
+    }
   }
+  // The attention hints (graph.h Graph::attn): each token's bounds are its sequence's cells, the
+  // widest span rounded up to the granule (so the graph's shape changes only every g cells), and
+  // the most tokens of one sequence (a decode step of several sequences has 1).
+  std::vector<int32_t> bounds(2 * static_cast<size_t>(nt));
+  std::array<int32_t, KvCache::kMaxSeq> per_seq{};
+  int64_t widest = 1;
+  int32_t seq_tokens = 0;
+  for (int32_t i = 0; i < nt; ++i) {
+    const auto s = static_cast<size_t>(seq[static_cast<size_t>(i)]);
+    const int32_t l = lo[s] < hi[s] ? lo[s] : 0, h = lo[s] < hi[s] ? hi[s] : 0;
+    bounds[2 * static_cast<size_t>(i)] = l;
+    bounds[2 * static_cast<size_t>(i) + 1] = h;
+    widest = std::max<int64_t>(widest, h - l);
+    seq_tokens = std::max(seq_tokens, ++per_seq[s]);
+  }
+
+  graph::GraphParams params;
+  params.n_tokens = nt;
+  params.n_outputs = static_cast<int32_t>(out_ids.size());
+  params.n_kv = n_kv;
+  params.kv_type = cfg_.kv_type;
+  params.seq_tokens = seq_tokens;
+  params.seq_window = std::min(n_kv, (widest + g - 1) / g * g);
+  CachedGraph& cg = graph_for(params);
+  graph::PreparedGraph& pg = *cg.prepared;
   const auto bytes = [](const auto& v) { return static_cast<uint64_t>(v.size() * sizeof(v[0])); };
   pg.set_input(cg.io.tokens, tokens.data(), tokens.size() * 4);
   pg.set_input(cg.io.positions, pos.data(), pos.size() * 4);
@@ -331,6 +358,7 @@ void Engine::execute_ubatch(std::span<const int32_t> tokens, std::span<const int
   pg.set_input(cg.io.kv_cells, cells.data(), bytes(cells));
   pg.set_input(cg.io.kv_pos, kv_pos.data(), bytes(kv_pos));
   pg.set_input(cg.io.kv_seq, kv_seq.data(), bytes(kv_seq));
+  pg.set_input(cg.io.kv_bounds, bounds.data(), bytes(bounds));
   if (cg.io.out_ids != graph::kNoNode) pg.set_input(cg.io.out_ids, out_ids.data(), bytes(out_ids));
   if (!want_logits) {
     pg.execute();

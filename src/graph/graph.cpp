@@ -268,7 +268,8 @@ NodeId Graph::rope(NodeId a, NodeId pos, int32_t head_dim, int32_t n_rot, float 
 
 NodeId Graph::attn(NodeId q, NodeId k_region, NodeId v_region, NodeId pos, NodeId seq,
                    NodeId kv_pos, NodeId kv_seq, int32_t n_head, int32_t n_head_kv,
-                   int32_t head_dim, int64_t n_kv, float scale_, std::string name) {
+                   int32_t head_dim, int64_t n_kv, float scale_, std::string name, NodeId kv_bounds,
+                   int32_t seq_tokens, int64_t seq_window) {
   const Node& nq = src_node(q, name);
   const Node& nk = src_node(k_region, name);
   const Node& nv = src_node(v_region, name);
@@ -294,8 +295,18 @@ NodeId Graph::attn(NodeId q, NodeId k_region, NodeId v_region, NodeId pos, NodeI
   Node n;
   n.op = Op::Attn;
   n.ne = {nq.ne[0], nq.ne[1], 1, 1};
-  n.src = {q, k_region, v_region, pos, seq, kv_pos, kv_seq, kNoNode};
-  n.n_src = 7;
+  if (kv_bounds != kNoNode) {
+    const Node& nb = src_node(kv_bounds, name);
+    if (nb.type != TensorType::I32 || nb.n_elements() != 2 * nq.ne[1])
+      fail("node {}: {} must be i32 [{}]", name, nb.name, 2 * nq.ne[1]);
+  }
+  if (seq_tokens < 0 || seq_tokens > nq.ne[1])
+    fail("node {}: seq_tokens {} is not in [0, {}]", name, seq_tokens, nq.ne[1]);
+  if (seq_window < 0 || seq_window > n_kv) fail("node {}: seq_window {} is not in [0, {}]", name, seq_window, n_kv);
+  n.src = {q, k_region, v_region, pos, seq, kv_pos, kv_seq, kv_bounds};
+  n.n_src = kv_bounds != kNoNode ? 8 : 7;
+  n.p.seq_tokens = seq_tokens;
+  n.p.seq_window = kv_bounds != kNoNode ? seq_window : 0;
   n.p.n_head = n_head;
   n.p.n_head_kv = n_head_kv;
   n.p.head_dim = head_dim;

@@ -48,6 +48,7 @@ enum class InputKind : uint8_t {
   KvCells,    ///< i32 [n_tokens] KV cell each token's K/V row is stored in
   KvPos,      ///< i32 [n_kv] position held by each cell of the window, -1 for an empty cell
   KvSeq,      ///< i32 [n_kv] sequence of each cell of the window
+  KvBounds,   ///< i32 [2 * n_tokens]: per token the cells [lo, hi) outside which it sees none
   OutIds,     ///< i32 [n_outputs] which token rows produce logits
   Other,      ///< tests
 };
@@ -87,6 +88,8 @@ struct NodeParams {
   int32_t layer = -1;        ///< KvRegion and KV ops: layer index
   int32_t kv_which = 0;      ///< KvRegion: 0 = K, 1 = V
   int64_t n_kv = 0;          ///< Attn, KvcacheLoad: cells in the attention window
+  int32_t seq_tokens = 0;    ///< Attn: most tokens of one sequence in the op (0: all n tokens)
+  int64_t seq_window = 0;    ///< Attn with kv bounds: at least every token's hi - lo (0: n_kv)
   uint64_t offset = 0;       ///< View: byte offset into src0
   std::array<int8_t, 4> perm{0, 1, 2, 3};  ///< Permute
   bool has_bias = false;     ///< FusedQKV
@@ -119,6 +122,12 @@ struct GraphParams {
   int32_t n_tokens = 1;      ///< tokens in this ubatch
   int32_t n_outputs = 1;     ///< rows that produce logits (n_tokens for all, 1 for the last)
   int64_t n_kv = 256;        ///< attention window (cells), a multiple of the window granule
+  /// Most tokens of one sequence in this ubatch (0: n_tokens). A decode step of several
+  /// sequences has 1: its attention can take the one-token kernels for every token.
+  int32_t seq_tokens = 0;
+  /// Cells of the widest per-token bounds [lo, hi) (the KvBounds input), a multiple of the window
+  /// granule, at most n_kv (0: n_kv). Attention kernels may split this span instead of the window.
+  int64_t seq_window = 0;
   TensorType kv_type = TensorType::F32;
   bool operator==(const GraphParams&) const = default;
 };
@@ -155,9 +164,14 @@ class Graph {
   /// Causal GQA attention of q [head_dim * n_head, n] over cells [0, n_kv) of the K and V
   /// regions. A cell c is visible to token t when kv_pos[c] >= 0, kv_seq[c] == seq[t] and
   /// kv_pos[c] <= pos[t]. Output [head_dim * n_head, n].
+  /// Optional hints that change no result: `kv_bounds` (i32 [2 * n], source 7) gives per token
+  /// cells [lo, hi), 0 <= lo <= hi <= n_kv, that hold every cell it sees, with hi - lo <=
+  /// `seq_window` (0: n_kv); `seq_tokens` is the most tokens of one sequence among the n (0: n).
+  /// Throws minfer::Error for shapes or hints that do not fit.
   NodeId attn(NodeId q, NodeId k_region, NodeId v_region, NodeId pos, NodeId seq, NodeId kv_pos,
               NodeId kv_seq, int32_t n_head, int32_t n_head_kv, int32_t head_dim, int64_t n_kv,
-              float scale, std::string name);
+              float scale, std::string name, NodeId kv_bounds = kNoNode, int32_t seq_tokens = 0,
+              int64_t seq_window = 0);
   /// Stores rows of src [kv_dim, n] into `region` at cells (i32 [n]); converts f32 to the
   /// region's type. Output aliases the region (a dependency token for later readers).
   NodeId kv_store(NodeId src, NodeId region, NodeId cells, std::string name);

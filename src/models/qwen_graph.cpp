@@ -71,6 +71,11 @@ Graph build_model_graph(const Model& model, const graph::GraphParams& gp, int64_
   in.kv_cells = g.input(InputKind::KvCells, TensorType::I32, {nt, 1, 1, 1}, "inp_kv_cells");
   in.kv_pos = g.input(InputKind::KvPos, TensorType::I32, {gp.n_kv, 1, 1, 1}, "inp_kv_pos");
   in.kv_seq = g.input(InputKind::KvSeq, TensorType::I32, {gp.n_kv, 1, 1, 1}, "inp_kv_seq");
+  // Per-token cell bounds: asked for by a non-zero seq_window (the engine always gives one).
+  if (gp.seq_window < 0 || gp.seq_window > gp.n_kv) fail("graph: seq_window {} not in [0, {}]", gp.seq_window, gp.n_kv);
+  if (gp.seq_tokens < 0 || gp.seq_tokens > nt) fail("graph: seq_tokens {} not in [0, {}]", gp.seq_tokens, nt);
+  if (gp.seq_window > 0)
+    in.kv_bounds = g.input(InputKind::KvBounds, TensorType::I32, {2 * nt, 1, 1, 1}, "inp_kv_bounds");
   if (gp.n_outputs < nt)
     in.out_ids = g.input(InputKind::OutIds, TensorType::I32, {gp.n_outputs, 1, 1, 1}, "inp_out_ids");
 
@@ -107,7 +112,8 @@ Graph build_model_graph(const Model& model, const graph::GraphParams& gp, int64_
     const NodeId v_cache = g.kv_store(v, v_region, in.kv_cells, p + "store_v");
     NodeId a = g.attn(q, k_cache, v_cache, in.positions, in.seq_ids, in.kv_pos, in.kv_seq,
                       static_cast<int32_t>(h.n_head), static_cast<int32_t>(h.n_head_kv),
-                      static_cast<int32_t>(h.head_dim), gp.n_kv, kq_scale, p + "attn");  // [q_dim, nt]
+                      static_cast<int32_t>(h.head_dim), gp.n_kv, kq_scale, p + "attn", in.kv_bounds,
+                      gp.seq_tokens, gp.seq_window);  // [q_dim, nt]
     a = g.matmul(w.wo, a, p + "attn_out");                                   // [n_embd, nt]
     if (l == h.n_layer - 1 && in.out_ids != graph::kNoNode) {
       // Only the output rows go on: drop the others before the last FFN.

@@ -16,6 +16,7 @@ struct ModelGraphIO {
   graph::NodeId kv_cells = graph::kNoNode;   ///< i32 [n_tokens]
   graph::NodeId kv_pos = graph::kNoNode;     ///< i32 [n_kv]
   graph::NodeId kv_seq = graph::kNoNode;     ///< i32 [n_kv]
+  graph::NodeId kv_bounds = graph::kNoNode;  ///< i32 [2 * n_tokens] (only when params.seq_window > 0)
   graph::NodeId out_ids = graph::kNoNode;    ///< i32 [n_outputs], kNoNode when all rows output
   graph::NodeId logits = graph::kNoNode;     ///< f32 [n_vocab, n_outputs]
 };

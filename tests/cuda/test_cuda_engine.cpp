@@ -323,6 +323,69 @@ TEST(CudaEngine, ThreeTokenDecodeStepIsBitwiseEqualToThreeOneTokenSteps) {
   }
 }
 
+/// `n_seq` sequences with prompts of 5 + s % 7 tokens, each prefilled on its own, then one step
+/// that decodes one token of every sequence (a serving batch). Returns the step's logits.
+std::vector<float> multi_sequence_step(Engine& e, int n_seq, uint32_t seed) {
+  std::vector<int32_t> next;
+  Batch step;
+  for (int s = 0; s < n_seq; ++s) {
+    const auto p = random_prompt(5 + s % 7, 512, seed + static_cast<uint32_t>(s));
+    e.forward(Batch::sequence(p, 0, s, false));
+    step.tokens.push_back(static_cast<int32_t>((seed + 31u * static_cast<uint32_t>(s)) % 512u));
+    step.positions.push_back(static_cast<int32_t>(p.size()));
+    step.seq_ids.push_back(s);
+    step.logits.push_back(1);
+  }
+  return e.forward(step);
+}
+
+TEST(CudaEngine, DecodeStepOfManySequencesMatchesTheCpuAndEachSequenceAlone) {
+  // A decode step of n sequences, one token each, takes the one-token attention kernels for every
+  // token (up to 64, each over its own cells) and the matrix kernels of n columns. Each row is
+  // checked against the CPU in the "engine" class; up to 8 tokens (the matrix-vector kernels,
+  // whose columns are independent) a row is also bitwise the row of that sequence decoded alone,
+  // since every sequence's cells fit one 256-cell attention span either way.
+  MINFER_REQUIRE_CUDA();
+  const auto model = synth("qwen2", TensorType::Q4_K);
+  for (const int n_seq : {6, 40, 64}) {
+    EngineConfig c = config(graph::BackendKind::Cuda, TensorType::F16);
+    c.n_ctx = 1024;
+    Engine dev(model, c);
+    const std::vector<float> got = multi_sequence_step(dev, n_seq, 50);
+    EngineConfig cc = c;
+    cc.device = graph::BackendKind::Cpu;
+    Engine cpu(model, cc);
+    const std::vector<float> ref = multi_sequence_step(cpu, n_seq, 50);
+    const size_t nv = static_cast<size_t>(dev.n_vocab());
+    ASSERT_EQ(got.size(), static_cast<size_t>(n_seq) * nv);
+    ASSERT_EQ(ref.size(), got.size());
+    for (int s = 0; s < n_seq; ++s) {
+      const auto row = [&](const std::vector<float>& v) {
+        return std::vector<float>(v.begin() + static_cast<std::ptrdiff_t>(s * nv),
+                                  v.begin() + static_cast<std::ptrdiff_t>((s + 1) * nv));
+      };
+      const LogitDiff d = logit_diff(row(got), row(ref));
+      EXPECT_LE(d.max_abs, kEngineMaxAbsLogit) << n_seq << " sequences, row " << s;
+      EXPECT_LE(d.rms, kEngineRmsLogit) << n_seq << " sequences, row " << s;
+    }
+    if (n_seq > 8) continue;
+    // Alone: the same prefills, then each sequence's token in a step of its own.
+    Engine alone(model, c);
+    for (int s = 0; s < n_seq; ++s) {
+      const auto p = random_prompt(5 + s % 7, 512, 50 + static_cast<uint32_t>(s));
+      alone.forward(Batch::sequence(p, 0, s, false));
+    }
+    for (int s = 0; s < n_seq; ++s) {
+      const int32_t tok = static_cast<int32_t>((50u + 31u * static_cast<uint32_t>(s)) % 512u);
+      const std::vector<float> one =
+          alone.forward(Batch::sequence(std::vector<int32_t>{tok}, alone.n_past(s), s, false));
+      const std::vector<float> row(got.begin() + static_cast<std::ptrdiff_t>(s * nv),
+                                   got.begin() + static_cast<std::ptrdiff_t>((s + 1) * nv));
+      EXPECT_TRUE(test::bytes_equal(test::as_bytes(one), test::as_bytes(row))) << "sequence " << s << " alone";
+    }
+  }
+}
+
 TEST(CudaEngine, PrefillGraphsCapturedAndReplayedGiveTheBytesOfDirectLaunches) {
   // pp16 and pp300 (the f16 GEMM, flash attention, every logit): the same prompt from an empty
   // cache five times; the runs from the third on replay a captured graph and must give the bytes

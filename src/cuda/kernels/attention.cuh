@@ -29,12 +29,17 @@
 namespace minfer::cuda {
 
 inline constexpr int64_t kAttnDecodeMaxTokens = 8;
+/// Most tokens of a decode step of several sequences (at most kAttnDecodeMaxTokens of each) that
+/// the decode kernels take (attn_decode.cuh): the slots of a serving batch.
+inline constexpr int64_t kAttnDecodeMaxBatch = 64;
 inline constexpr int64_t kAttnSubChunk = 128;   ///< cells scored per step of a block
 inline constexpr int64_t kAttnMaxHeadDim = 256;
 inline constexpr int64_t kAttnMaxGroupDim = 4096;  ///< (n_head / n_head_kv) * head_dim
 
 struct AttnShape {
   int64_t n_tok = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_kv = 0;
+  int64_t seq_tok = 0;  ///< most tokens of one sequence (graph.h NodeParams::seq_tokens; 0: n_tok)
+  int64_t window = 0;   ///< with per-token bounds: the widest bounds (NodeParams::seq_window; 0: n_kv)
 };
 
 struct AttnPlan {
@@ -58,6 +63,9 @@ struct AttnArgs {
   const int32_t* seq = nullptr;      ///< [n_tok]
   const int32_t* kv_pos = nullptr;   ///< [n_kv]
   const int32_t* kv_seq = nullptr;   ///< [n_kv]
+  /// [2, n_tok] or null: per token the cells [lo, hi) holding every cell it sees, hi - lo <=
+  /// AttnShape::window (graph.h KvBounds). Only the decode kernels read it.
+  const int32_t* kv_bounds = nullptr;
   float scale = 1.0f;
   float* out = nullptr;              ///< [head_dim * n_head, n_tok]
   void* scratch = nullptr;           ///< plan.scratch_bytes, 256-byte aligned (unused for one range)

@@ -152,8 +152,16 @@ __global__ void __launch_bounds__(kAttnDecodeThreads) attn_decode_kernel(DecodeP
   const int64_t g0 = slice * p.heads_per_slice;
   const int gn = static_cast<int>(p.heads_per_slice < group - g0 ? p.heads_per_slice : group - g0);
   const int64_t h0 = kvh * group + g0;  // first query head of the block
-  const int64_t c_begin = split * p.chunk;
-  const int len = static_cast<int>((c_begin + p.chunk < p.s.n_kv ? c_begin + p.chunk : p.s.n_kv) - c_begin);
+  // The token's cells: [lo, hi) from its bounds (a multi-sequence step), else the window. The
+  // ranges are cut from lo, so a range past hi is empty (its partial: max -inf, sum 0).
+  int64_t lo = 0, hi = p.s.n_kv;
+  if (p.a.kv_bounds != nullptr) {
+    lo = p.a.kv_bounds[2 * t];
+    hi = p.a.kv_bounds[2 * t + 1];
+  }
+  const int64_t c_begin = lo + split * p.chunk;
+  const int64_t c_end = c_begin + p.chunk < hi ? c_begin + p.chunk : hi;
+  const int len = c_end > c_begin ? static_cast<int>(c_end - c_begin) : 0;
 
   // Phase 0: visibility of cell c_begin + tid, compacted in cell order.
   bool vis = false;
@@ -405,7 +413,8 @@ bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u
 
 const char* attn_decode_unsupported(const AttnShape& s, TensorType kv_type) {
   if (const char* why = attn_unsupported(s, kv_type); *why != '\0') return why;
-  if (s.n_tok < 1 || s.n_tok > kAttnDecodeMaxTokens) return "the decode kernels take 1 to 8 tokens";
+  if (s.n_tok < 1 || s.n_tok > kAttnDecodeMaxBatch || (s.seq_tok > 0 ? s.seq_tok : s.n_tok) > kAttnDecodeMaxTokens)
+    return "the decode kernels take 1 to 8 tokens of one sequence, or up to 64 of several with at most 8 each";
   if (s.head_dim % 8 != 0) return "the decode kernels need head_dim a multiple of 8";
   if (kv_type == TensorType::Q8_0 && s.head_dim % 32 != 0)
     return "the decode kernels need head_dim a multiple of 32 for q8_0 KV";
@@ -420,7 +429,9 @@ AttnDecodePlan attn_decode_plan(const AttnShape& s, int sm_count, int64_t chunk_
                                 int64_t head_slices_override) {
   AttnDecodePlan p;
   const int64_t sms = sm_count > 0 ? sm_count : 1;
-  const int64_t n_kv = s.n_kv > 0 ? s.n_kv : 1;
+  // The span each token's ranges cover: its bounds' widest (s.window) or the whole window.
+  const int64_t span = s.window > 0 ? s.window : s.n_kv;
+  const int64_t n_kv = span > 0 ? span : 1;
   const int64_t group = s.n_head_kv > 0 && s.n_head >= s.n_head_kv ? s.n_head / s.n_head_kv : 1;
   p.lanes = lanes_for(s.head_dim);
   const int64_t max_heads = max_heads_for(s.head_dim);
@@ -460,7 +471,8 @@ bool attn_decode(TensorType kv_type, const AttnShape& s, const AttnDecodePlan& p
                  cudaStream_t stream) {
   if (s.n_tok <= 0) return true;
   if (*attn_decode_unsupported(s, kv_type) != '\0' || plan.n_splits < 1 ||
-      plan.n_splits > kAttnDecodeMaxSplits || plan.chunk * plan.n_splits < s.n_kv ||
+      plan.n_splits > kAttnDecodeMaxSplits || plan.chunk * plan.n_splits < (s.window > 0 ? s.window : s.n_kv) ||
+      (s.window > 0 && a.kv_bounds == nullptr) ||
       plan.chunk > kChunkMax || plan.lanes != lanes_for(s.head_dim) ||
       plan.heads_per_slice > max_heads_for(s.head_dim) ||
       plan.heads_per_slice * plan.head_slices < s.n_head / s.n_head_kv ||
