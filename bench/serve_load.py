@@ -4,7 +4,8 @@
 Python 3 standard library only. Runs CONCURRENCY clients, each sending streaming
 /v1/completions requests (a prompt of about PROMPT_TOKENS tokens, MAX_TOKENS generated, greedy,
 no stop) until REQUESTS requests are done; reports total generated tokens/s over the wall time
-and the median / p90 time to first token. Tokens are counted from the usage chunk
+and the median / p90 time to first token. A request that ends before MAX_TOKENS or without [DONE] is counted as "short"
+(its level is not comparable). Tokens are counted from the usage chunk
 (stream_options.include_usage) when the server sends it, else one per content chunk.
 
     python3 bench/serve_load.py --url http://127.0.0.1:8080 -c 1,4,8 --prompt-tokens 256 --max-tokens 128
@@ -35,30 +36,38 @@ def one_request(url, prompt, max_tokens, api_key, timeout):
     ttft = None
     chunks = 0
     usage = None
+    done = False
+    finish = None
     for raw in resp:
         line = raw.decode("utf-8", "replace").strip()
         if not line.startswith("data:"):
             continue
         data = line[5:].strip()
         if data == "[DONE]":
+            done = True
             break
         ev = json.loads(data)
         if ev.get("usage"):
             usage = ev["usage"]
         for ch in ev.get("choices", []):
+            if ch.get("finish_reason"):
+                finish = ch["finish_reason"]
             if ch.get("text"):
                 chunks += 1
                 if ttft is None:
                     ttft = time.monotonic() - t0
     conn.close()
     tokens = usage["completion_tokens"] if usage else chunks
-    return ttft if ttft is not None else time.monotonic() - t0, tokens
+    # A stream that ended without [DONE], or stopped before max_tokens (an end-of-generation
+    # token the server did not ignore), makes the level's numbers incomparable: counted apart.
+    short = not done or finish != "length" or tokens < max_tokens
+    return ttft if ttft is not None else time.monotonic() - t0, tokens, short
 
 
 def run(url, concurrency, requests, prompt, max_tokens, api_key, timeout):
     """prompt(i): the prompt of request i."""
     lock = threading.Lock()
-    ttfts, tokens, errors = [], [0], []
+    ttfts, tokens, errors, short = [], [0], [], [0]
     left = [requests]
 
     def worker():
@@ -69,10 +78,11 @@ def run(url, concurrency, requests, prompt, max_tokens, api_key, timeout):
                 left[0] -= 1
                 i = left[0]
             try:
-                t, n = one_request(url, prompt(i), max_tokens, api_key, timeout)
+                t, n, cut = one_request(url, prompt(i), max_tokens, api_key, timeout)
                 with lock:
                     ttfts.append(t)
                     tokens[0] += n
+                    short[0] += cut
             except Exception as e:  # reported, not fatal: the summary says how many failed
                 with lock:
                     errors.append(str(e))
@@ -86,7 +96,7 @@ def run(url, concurrency, requests, prompt, max_tokens, api_key, timeout):
     wall = time.monotonic() - t0
     ttfts.sort()
     return {
-        "concurrency": concurrency, "requests": len(ttfts), "errors": len(errors),
+        "concurrency": concurrency, "requests": len(ttfts), "errors": len(errors), "short": short[0],
         "generated_tokens": tokens[0], "wall_s": round(wall, 3),
         "gen_tps": round(tokens[0] / wall, 2) if wall > 0 else 0.0,
         "ttft_median_s": round(statistics.median(ttfts), 4) if ttfts else None,
@@ -115,7 +125,8 @@ def main():
         if a.json:
             print(json.dumps(r))
         else:
-            print(f"concurrency {c:3d}: {r['requests']} ok, {r['errors']} failed, {r['generated_tokens']} tokens in "
+            print(f"concurrency {c:3d}: {r['requests']} ok ({r['short']} short), {r['errors']} failed, "
+                  f"{r['generated_tokens']} tokens in "
                   f"{r['wall_s']} s = {r['gen_tps']} t/s, TTFT median {r['ttft_median_s']} s, p90 {r['ttft_p90_s']} s")
         sys.stdout.flush()
 

@@ -11,7 +11,8 @@
 #   "1 8 32 64"), PROMPT (default 256), GEN (default 128), REQUESTS (per level, default 2 x level),
 #   MODELS_DIR (default /tmp/minfer-models), MODEL (a GGUF to use instead of the synth one), LLAMA_SERVER, DEVICE (default cuda), EXTRA (more
 #   minfer serve options).
-# Output: OUTDIR/serve.jsonl (one line per server and level, serve_load.py's fields plus "server"),
+# A level where either server has "short" requests (ended before GEN tokens or without [DONE])
+# is not a comparison. Output: OUTDIR/serve.jsonl (one line per server and level, serve_load.py's fields plus "server"),
 #   OUTDIR/serve.md (the table, also printed), the servers' logs OUTDIR/<server>-<level>.log.
 set -uo pipefail
 caller=$PWD
@@ -93,16 +94,17 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 by = {}
 for r in rows:
     by.setdefault(r["concurrency"], {})[r["server"]] = r
-lines = ["| concurrency | minfer t/s | llama-server t/s | ratio | minfer TTFT median ms | llama-server TTFT median ms | errors (m / l) |",
-         "|---|---|---|---|---|---|---|"]
+lines = ["| concurrency | minfer t/s | llama-server t/s | ratio | minfer TTFT median ms | llama-server TTFT median ms | errors (m / l) | short (m / l) |",
+         "|---|---|---|---|---|---|---|---|"]
 def f(r, k, scale=1.0):
     return "-" if r is None or r.get(k) is None else f"{r[k] * scale:.1f}"
 for c in sorted(by):
     m, l = by[c].get("minfer"), by[c].get("llama")
     ratio = f"{m['gen_tps'] / l['gen_tps']:.2f}x" if m and l and m.get("gen_tps") and l.get("gen_tps") else "-"
     errs = f"{(m or {}).get('errors', '-')} / {(l or {}).get('errors', '-')}"
+    short = f"{(m or {}).get('short', '-')} / {(l or {}).get('short', '-')}"
     lines.append(f"| {c} | {f(m, 'gen_tps')} | {f(l, 'gen_tps')} | {ratio} | {f(m, 'ttft_median_s', 1000)} | "
-                 f"{f(l, 'ttft_median_s', 1000)} | {errs} |")
+                 f"{f(l, 'ttft_median_s', 1000)} | {errs} | {short} |")
 open(sys.argv[2], "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY
