@@ -185,9 +185,14 @@ struct Result {
   }
 };
 
-// One timed run of n_par sequences (-npl): each gets its untimed depth, then (timed) its prompt,
-// sequence after sequence, then n_gen steps that each decode one token of every sequence in one
-// forward, with the logits of all of them (as a server's decode step). Returns nanoseconds.
+/// Cells each of a test's sequences holds: its depth, prompt and generated tokens, rounded up to
+/// 32 (as `serve` sizes its slots).
+int64_t cells_per_sequence(const Test& t) { return (t.n_depth + t.n_prompt + t.n_gen + 31) / 32 * 32; }
+
+// One timed run of n_par sequences (-npl): each gets its own range of cells (as `serve`'s slots
+// do), its untimed depth, then (timed) its prompt, sequence after sequence, then n_gen steps that
+// each decode one token of every sequence in one forward, with the logits of all of them (as a
+// server's decode step). Returns nanoseconds.
 double run_parallel(Engine& e, const Test& t, int64_t n_batch, std::mt19937& rng) {
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(e.n_vocab() - 1));
   const auto random_tokens = [&](int64_t n) {
@@ -202,6 +207,8 @@ double run_parallel(Engine& e, const Test& t, int64_t n_batch, std::mt19937& rng
     }
   };
   e.reset();
+  const int64_t per = cells_per_sequence(t);
+  for (int32_t s = 0; s < t.n_par; ++s) e.kv().set_seq_cells(s, s * per, (s + 1) * per);
   for (int32_t s = 0; s < t.n_par; ++s) feed(s, t.n_depth);
   const double t0 = now_ns();
   for (int32_t s = 0; s < t.n_par; ++s) feed(s, t.n_prompt);
@@ -503,7 +510,8 @@ void bench(const BenchArgs& args) {
       c.n_ubatch = std::min({c.n_ubatch > 0 ? c.n_ubatch : int64_t{default_ubatch(parse_device(c.device))}, c.n_batch,
                              int64_t{1} << 30});
       int64_t need = 0;
-      for (const Test& t : tests) need = std::max(need, (t.n_depth + t.n_prompt + t.n_gen) * t.n_par);
+      for (const Test& t : tests)
+        need = std::max(need, t.n_par > 1 ? cells_per_sequence(t) * t.n_par : t.n_depth + t.n_prompt + t.n_gen);
       EngineConfig ec;
       ec.device = parse_device(c.device);
       ec.n_threads = c.threads;
