@@ -67,6 +67,13 @@ TEST(Cli, BadInputIsOneLineAndExitStatusOne) {
     EXPECT_NE(r.out.find("minfer: error: /nonexistent/model.gguf: cannot open"), std::string::npos) << r.out;
   }
 
+  // A GPU that cannot be used is reported before the listener starts: one line, no "listening".
+  // MINFER_DISABLE_CUDA=1 makes CUDA unusable on every machine and build.
+  r = sh("MINFER_DISABLE_CUDA=1 timeout -s KILL 30 " + bin + " serve -m /nonexistent/model.gguf -ngl 99 --port 0");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("CUDA"), std::string::npos) << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+
   const std::string junk = (test::temp_dir() / "junk.gguf").string();
   sh("printf 'GGUF\\x03\\x00\\x00\\x00garbage' > " + junk);
   r = sh(bin + " run -m " + junk + " -p hi");

@@ -11,8 +11,10 @@
 #include <thread>
 
 #include "commands.h"
+#include "core/ascii.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "engine/engine.h"
 #include "options.h"
 
 #ifdef MINFER_HAS_SERVER
@@ -66,6 +68,11 @@ void serve(const ServeArgs& a) {
   // One worker per connection a client may hold open: the running slots, the queue, and a few for
   // /health, /metrics and requests that are refused.
   ho.threads = a.parallel + a.max_queue + 8;
+  // A GPU that cannot be used is reported before the port is bound (the model's load would say
+  // it too, but only after the listener started): --device cuda, or an -ngl that puts layers on it.
+  if (ascii_lower(a.model.device) == "cuda" ||
+      (!a.model.gpu_layers.empty() && parse_gpu_layers(a.model.gpu_layers) > 0))
+    (void)create_backend(graph::BackendKind::Cuda, 1);
   server::HttpServer http(ho);
   http.start();
   log_info("serve: listening on http://{}:{} (loading the model)", a.host, http.port());

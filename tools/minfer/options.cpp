@@ -36,7 +36,7 @@ void ModelArgs::add(CLI::App* cmd) {
                   "llama.cpp's -ngl: 0 runs on the CPU, the layer count or more (or 'all') on CUDA; a model is placed whole");
   cmd->add_option("--flash-attn", flash_attn, "on, off or auto (also -fa): off takes CUDA prefill off the flash-attention kernel")
       ->capture_default_str();
-  cmd->add_option("-b,--batch-size", batch, "llama.cpp's logical batch: the ubatch is at most this");
+  cmd->add_option("-b,--batch-size", batch, "llama.cpp's logical batch: the ubatch is at most this (0: no limit)");
   cmd->add_flag("--no-warmup", no_warmup, "accepted for llama.cpp command lines (minfer runs no warm-up pass)");
 }
 
@@ -68,7 +68,7 @@ EngineConfig ModelArgs::checked_config() const {
   c.n_ctx = ctx;
   if (ubatch < 0) fail("-u/--ubatch-size {} must be positive (or 0 for the device's default)", ubatch);
   c.n_ubatch = ubatch;
-  if (batch < 0) fail("-b/--batch-size {} must be positive", batch);
+  if (batch < 0) fail("-b/--batch-size {} must be positive (or 0: no limit)", batch);
   // K and V: -ctk / -ctv, else --cache-type, else MINFER_CACHE_TYPE or f16; V follows a given -ctk.
   const std::string base = cache_type.empty() ? default_cache_type() : cache_type;
   const std::string k = cache_type_k.empty() ? base : cache_type_k;
