@@ -85,6 +85,8 @@ void op_attn(const OpContext& c, const Node& n, float* out) {
   const int32_t* seq = c.src<int32_t>(n, 4);
   const int32_t* kv_pos = c.src<int32_t>(n, 5);
   const int32_t* kv_seq = c.src<int32_t>(n, 6);
+  // Per-token bounds (graph.h KvBounds, optional): token t sees no cell outside [lo, hi).
+  const int32_t* bounds = n.n_src > 7 && n.src[7] != graph::kNoNode ? c.src<int32_t>(n, 7) : nullptr;
   const int64_t hd = n.p.head_dim, n_head = n.p.n_head, n_head_kv = n.p.n_head_kv;
   const int64_t n_kv = n.p.n_kv;
   const int64_t n_tok = n.ne[1];
@@ -101,9 +103,15 @@ void op_attn(const OpContext& c, const Node& n, float* out) {
   const auto visible = [&](int64_t t, int64_t cell) {
     return kv_pos[cell] >= 0 && kv_seq[cell] == seq[t] && kv_pos[cell] <= pos[t];
   };
+  // lo[t]: the first cell the products of token t start at, a multiple of 32 (the lanes of the
+  // dot-product contract, quant_ref.h), so that the cells skipped before it, which would only add
+  // exact zeros to lanes that start at +0, leave every sum's bits as they are.
+  std::vector<int64_t> lo(static_cast<size_t>(n_tok), 0);
   int64_t hi_all = 0;
   for (int64_t t = 0; t < n_tok; ++t) {
-    for (int64_t cell = n_kv - 1; cell >= 0; --cell)
+    const int64_t top = bounds != nullptr ? std::min<int64_t>(n_kv, bounds[2 * t + 1]) : n_kv;
+    if (bounds != nullptr) lo[static_cast<size_t>(t)] = std::clamp<int64_t>(bounds[2 * t], 0, top) / 32 * 32;
+    for (int64_t cell = top - 1; cell >= lo[static_cast<size_t>(t)]; --cell)
       if (visible(t, cell)) {
         hi[static_cast<size_t>(t)] = cell + 1;
         break;
@@ -156,50 +164,63 @@ void op_attn(const OpContext& c, const Node& n, float* out) {
   if (k_elems != 0) kf = kbuf;
   (void)k_row;
 
-  const int64_t n_blocks = (n_tok + kTokenBlock - 1) / kTokenBlock;
+  // Token blocks: runs of at most kTokenBlock consecutive tokens of one sequence (a decode step of
+  // several sequences: one block each, over that sequence's cells only).
+  std::vector<std::pair<int64_t, int64_t>> blocks;  // (first token, tokens)
+  for (int64_t t = 0; t < n_tok;) {
+    int64_t e = t + 1;
+    while (e < n_tok && e - t < kTokenBlock && seq[e] == seq[t]) ++e;
+    blocks.emplace_back(t, e - t);
+    t = e;
+  }
+  const auto n_blocks = static_cast<int64_t>(blocks.size());
   c.pool.parallel_for(n_head * n_blocks, 1, [&](int64_t w0, int64_t w1, int) {
     std::vector<float> sbuf, pbuf;
     std::vector<double> sums(static_cast<size_t>(kTokenBlock));
     for (int64_t w = w0; w < w1; ++w) {
       const int64_t h = w / n_blocks, b = w % n_blocks, g = h / group;
-      const int64_t t0 = b * kTokenBlock, tb = std::min(kTokenBlock, n_tok - t0);
-      int64_t bhi = 0;
-      for (int64_t t = t0; t < t0 + tb; ++t) bhi = std::max(bhi, hi[static_cast<size_t>(t)]);
+      const int64_t t0 = blocks[static_cast<size_t>(b)].first, tb = blocks[static_cast<size_t>(b)].second;
+      int64_t bhi = 0, blo = n_kv;
+      for (int64_t t = t0; t < t0 + tb; ++t) {
+        bhi = std::max(bhi, hi[static_cast<size_t>(t)]);
+        blo = std::min(blo, lo[static_cast<size_t>(t)]);
+      }
       float* o0 = out + (t0 * n_head + h) * hd;
-      if (bhi == 0) {  // no token of the block sees a cell: defined as zeros
+      if (bhi <= blo) {  // no token of the block sees a cell: defined as zeros
         for (int64_t t = 0; t < tb; ++t) std::fill(o0 + t * n_head * hd, o0 + t * n_head * hd + hd, 0.0f);
         continue;
       }
-      sbuf.resize(static_cast<size_t>(tb * bhi));
+      const int64_t wn = bhi - blo;  // cells [blo, bhi); srow[i] is cell blo + i
+      sbuf.resize(static_cast<size_t>(tb * wn));
       // S[t][cell] = dot(K row cell, q row t).
-      f32k.gemm_tile(hd, kf + g * hd, static_cast<size_t>(k_stride) * sizeof(float), bhi,
+      f32k.gemm_tile(hd, kf + blo * k_stride + g * hd, static_cast<size_t>(k_stride) * sizeof(float), wn,
                      q + (t0 * n_head + h) * hd, static_cast<size_t>(n_head * hd) * sizeof(float), tb,
-                     sbuf.data(), bhi);
+                     sbuf.data(), wn);
       // Masked softmax numerators per token (exp_softmax of simd/exp_ref.h), sums in double in
       // cell order.
       for (int64_t t = 0; t < tb; ++t) {
-        float* srow = sbuf.data() + t * bhi;
+        float* srow = sbuf.data() + t * wn;
         float mx = -INFINITY;
-        for (int64_t cell = 0; cell < bhi; ++cell) {
-          if (!visible(t0 + t, cell)) {
-            srow[cell] = -INFINITY;
+        for (int64_t i = 0; i < wn; ++i) {
+          if (!visible(t0 + t, blo + i)) {
+            srow[i] = -INFINITY;
             continue;
           }
-          srow[cell] *= scale;
-          mx = std::max(mx, srow[cell]);
+          srow[i] *= scale;
+          mx = std::max(mx, srow[i]);
         }
         double sum = 0.0;
         if (mx == -INFINITY) {  // this token sees no cell of the block's window
-          std::fill(srow, srow + bhi, 0.0f);
+          std::fill(srow, srow + wn, 0.0f);
         } else {
-          kk.exp_shift(bhi, srow, mx);  // masked (-inf) cells become exact zeros
-          for (int64_t cell = 0; cell < bhi; ++cell) sum += srow[cell];
+          kk.exp_shift(wn, srow, mx);  // masked (-inf) cells become exact zeros
+          for (int64_t i = 0; i < wn; ++i) sum += srow[i];
         }
         sums[static_cast<size_t>(t)] = sum;
       }
       // O[t][d] = dot(V^T row d, P row t), written straight into the output, then 1/sum.
-      f32k.gemm_tile(bhi, vt + g * hd * hi_all, static_cast<size_t>(hi_all) * sizeof(float), hd, sbuf.data(),
-                     static_cast<size_t>(bhi) * sizeof(float), tb, o0, n_head * hd);
+      f32k.gemm_tile(wn, vt + g * hd * hi_all + blo, static_cast<size_t>(hi_all) * sizeof(float), hd, sbuf.data(),
+                     static_cast<size_t>(wn) * sizeof(float), tb, o0, n_head * hd);
       for (int64_t t = 0; t < tb; ++t) {
         float* o = o0 + t * n_head * hd;
         const double sum = sums[static_cast<size_t>(t)];

@@ -59,8 +59,12 @@ inline AttnData attn_data(const AttnCase& c, int n_seq) {
   return d;
 }
 
+/// The one-node Attn graph of case c; with `bounds` (i32 [2 * nt], graph.h KvBounds) also the
+/// per-token bounds input and the hints seq_tokens / seq_window.
 inline TestGraph attn_graph(const AttnCase& c, TensorType type, const AttnData& d, const std::vector<float>& q,
-                            const std::vector<uint8_t>& kb, const std::vector<uint8_t>& vb) {
+                            const std::vector<uint8_t>& kb, const std::vector<uint8_t>& vb,
+                            const std::vector<int32_t>* bounds = nullptr, int32_t seq_tokens = 0,
+                            int64_t seq_window = 0) {
   TestGraph t;
   const int64_t kv_dim = c.n_head_kv * c.hd;
   const graph::NodeId qn = t.g.input(graph::InputKind::Other, TensorType::F32, {c.hd * c.n_head, c.nt, 1, 1}, "q");
@@ -78,9 +82,10 @@ inline TestGraph attn_graph(const AttnCase& c, TensorType type, const AttnData& 
   const graph::NodeId seq = in(graph::InputKind::SeqIds, d.seq, "seq");
   const graph::NodeId kvp = in(graph::InputKind::KvPos, d.kv_pos, "kv_pos");
   const graph::NodeId kvs = in(graph::InputKind::KvSeq, d.kv_seq, "kv_seq");
+  const graph::NodeId kvb = bounds != nullptr ? in(graph::InputKind::KvBounds, *bounds, "kv_bounds") : graph::kNoNode;
   const graph::NodeId y = t.g.attn(qn, kr, vr, pos, seq, kvp, kvs, static_cast<int32_t>(c.n_head),
                                    static_cast<int32_t>(c.n_head_kv), static_cast<int32_t>(c.hd), c.n_kv,
-                                   1.0f / std::sqrt(static_cast<float>(c.hd)), "attn");
+                                   1.0f / std::sqrt(static_cast<float>(c.hd)), "attn", kvb, seq_tokens, seq_window);
   t.g.mark_output(y);
   t.outputs.push_back(y);
   return t;
