@@ -65,13 +65,20 @@ TEST(Cli, BadInputIsOneLineAndExitStatusOne) {
     r = sh("timeout -s KILL 30 " + bin + " serve -m /nonexistent/model.gguf --port 0");
     EXPECT_EQ(r.status, 1) << "attempt " << i << ":\n" << r.out;
     EXPECT_NE(r.out.find("minfer: error: /nonexistent/model.gguf: cannot open"), std::string::npos) << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << "the error comes before listening:\n" << r.out;
   }
 
   // A GPU that cannot be used is reported before the listener starts: one line, no "listening".
   // MINFER_DISABLE_CUDA=1 makes CUDA unusable on every machine and build.
-  r = sh("MINFER_DISABLE_CUDA=1 timeout -s KILL 30 " + bin + " serve -m /nonexistent/model.gguf -ngl 99 --port 0");
+  const std::string demo = test::repo_demo_model();
+  for (const char* dev : {"-ngl 99", "--device cuda", "--device GPU", "--device cuda0"}) {
+    r = sh("MINFER_DISABLE_CUDA=1 timeout -s KILL 30 " + bin + " serve -m " + demo + " " + dev + " --port 0");
+    EXPECT_EQ(r.status, 1) << dev << ":\n" << r.out;
+    EXPECT_NE(r.out.find("CUDA"), std::string::npos) << dev << ":\n" << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << dev << ":\n" << r.out;
+  }
+  r = sh("timeout -s KILL 30 " + bin + " serve -m " + demo + " --device foo --port 0");
   EXPECT_EQ(r.status, 1) << r.out;
-  EXPECT_NE(r.out.find("CUDA"), std::string::npos) << r.out;
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
 
   const std::string junk = (test::temp_dir() / "junk.gguf").string();

@@ -119,8 +119,9 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineConfig& config)
   if (cfg_.n_ubatch == 0) cfg_.n_ubatch = default_ubatch(cfg_.device);
   if (cfg_.kv_window_granule <= 0) fail("KV window granule must be positive");
   check_context_fits(h, cfg_.n_ctx, cfg_.kv_type, cfg_.device);
-  if (cfg_.n_ctx > h.n_ctx_train)
-    log_warn("context size {} exceeds the model's training context {}", cfg_.n_ctx, h.n_ctx_train);
+  if (const int64_t per_seq = cfg_.n_seq_ctx > 0 ? std::min(cfg_.n_seq_ctx, cfg_.n_ctx) : cfg_.n_ctx;
+      per_seq > h.n_ctx_train)
+    log_warn("context size {} exceeds the model's training context {}", per_seq, h.n_ctx_train);
   backends_[0] = create_backend(BackendKind::Cpu, cfg_.n_threads);
   if (cfg_.device == BackendKind::Cuda) backends_[1] = create_backend(BackendKind::Cuda, cfg_.n_threads);
   // Weights go to the engine's backend once (CUDA: upload; CPU: packed copies), with progress

@@ -38,6 +38,9 @@ struct EngineConfig {
   TensorType kv_type = TensorType::F32;
   bool fuse = true;             ///< run the FusionPass
   int64_t kv_window_granule = 256;  ///< attention windows are multiples of this (cells)
+  /// Most cells one sequence will hold (0: n_ctx). The training-context warning compares this,
+  /// not n_ctx, when the cells are shared by several sequences (bench -npl).
+  int64_t n_seq_ctx = 0;
 };
 
 /// Tokens to process in one call. Each token has a position and a sequence; `logits[i]` != 0

@@ -509,13 +509,15 @@ void bench(const BenchArgs& args) {
       // The ubatch used (and reported): the device's default for 0, at most -b and 2^30.
       c.n_ubatch = std::min({c.n_ubatch > 0 ? c.n_ubatch : int64_t{default_ubatch(parse_device(c.device))}, c.n_batch,
                              int64_t{1} << 30});
-      int64_t need = 0;
+      int64_t need = 0, per_seq = 0;
+      for (const Test& t : tests) per_seq = std::max(per_seq, t.n_depth + t.n_prompt + t.n_gen);
       for (const Test& t : tests)
         need = std::max(need, t.n_par > 1 ? cells_per_sequence(t) * t.n_par : t.n_depth + t.n_prompt + t.n_gen);
       EngineConfig ec;
       ec.device = parse_device(c.device);
       ec.n_threads = c.threads;
       ec.n_ctx = std::max<int64_t>(need + 1, 256);
+      ec.n_seq_ctx = per_seq + 1;
       ec.n_ubatch = static_cast<int32_t>(c.n_ubatch);  // already the value used (configs above)
       ec.kv_type = parse_kv_type(c.kv);
       apply_flash_attn(c.fa);  // for this row's backend (auto: as the environment has it)

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/engine.h"
+#include "gguf/gguf.h"
 #include "options.h"
 
 #ifdef MINFER_HAS_SERVER
@@ -69,8 +70,11 @@ void serve(const ServeArgs& a) {
   // /health, /metrics and requests that are refused.
   ho.threads = a.parallel + a.max_queue + 8;
   // A GPU that cannot be used is reported before the port is bound (the model's load would say
-  // it too, but only after the listener started): --device cuda, or an -ngl that puts layers on it.
-  if (ascii_lower(a.model.device) == "cuda" ||
+  // it too, but only after the listener started): a --device that names CUDA (any spelling
+  // parse_device takes; an unknown name is an error here too), or an -ngl that puts layers on it.
+  // A missing or unreadable model file, too, is reported before the port is bound.
+  (void)gguf::GgufFile::open(a.model.model);
+  if (parse_device(a.model.device) == graph::BackendKind::Cuda ||
       (!a.model.gpu_layers.empty() && parse_gpu_layers(a.model.gpu_layers) > 0))
     (void)create_backend(graph::BackendKind::Cuda, 1);
   server::HttpServer http(ho);
