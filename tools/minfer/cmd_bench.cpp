@@ -193,16 +193,18 @@ int64_t cells_per_sequence(const Test& t) { return (t.n_depth + t.n_prompt + t.n
 // do), its untimed depth, then (timed) its prompt, sequence after sequence, then n_gen steps that
 // each decode one token of every sequence in one forward, with the logits of all of them (as a
 // server's decode step). Returns nanoseconds.
-double run_parallel(Engine& e, const Test& t, int64_t n_batch, std::mt19937& rng) {
+/// `n` token ids drawn uniformly from the vocabulary of `e`.
+std::vector<int32_t> random_tokens(const Engine& e, std::mt19937& rng, int64_t n) {
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(e.n_vocab() - 1));
-  const auto random_tokens = [&](int64_t n) {
-    std::vector<int32_t> v(static_cast<size_t>(n));
-    for (auto& x : v) x = tok(rng);
-    return v;
-  };
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  for (auto& x : v) x = tok(rng);
+  return v;
+}
+
+double run_parallel(Engine& e, const Test& t, int64_t n_batch, std::mt19937& rng) {
   const auto feed = [&](int32_t seq, int64_t n) {
     for (int64_t done = 0; done < n; done += n_batch) {
-      const std::vector<int32_t> v = random_tokens(std::min(n_batch, n - done));
+      const std::vector<int32_t> v = random_tokens(e, rng, std::min(n_batch, n - done));
       e.forward_view(Batch::sequence(v, e.n_past(seq), seq, false));
     }
   };
@@ -218,8 +220,9 @@ double run_parallel(Engine& e, const Test& t, int64_t n_batch, std::mt19937& rng
     step.positions.clear();
     step.seq_ids.clear();
     step.logits.assign(static_cast<size_t>(t.n_par), 1);
+    const std::vector<int32_t> next = random_tokens(e, rng, t.n_par);
     for (int32_t s = 0; s < t.n_par; ++s) {
-      step.tokens.push_back(tok(rng));
+      step.tokens.push_back(next[static_cast<size_t>(s)]);
       step.positions.push_back(e.n_past(s));
       step.seq_ids.push_back(s);
     }
@@ -233,17 +236,14 @@ double run_parallel(Engine& e, const Test& t, int64_t n_batch, std::mt19937& rng
 // tokens. Returns nanoseconds of the timed part.
 double run_once(Engine& e, const Test& t, int64_t n_batch, std::mt19937& rng) {
   if (t.n_par > 1) return run_parallel(e, t, n_batch, rng);
-  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(e.n_vocab() - 1));
-  const auto random_tokens = [&](int64_t n) {
-    std::vector<int32_t> v(static_cast<size_t>(n));
-    for (auto& x : v) x = tok(rng);
-    return v;
-  };
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(e.n_vocab() - 1));  // one per decode step
   e.reset();
   // decode_view: the logits land in the engine's memory, as a generation loop reads them.
-  for (int64_t done = 0; done < t.n_depth; done += n_batch) e.decode_view(random_tokens(std::min(n_batch, t.n_depth - done)));
+  for (int64_t done = 0; done < t.n_depth; done += n_batch)
+    e.decode_view(random_tokens(e, rng, std::min(n_batch, t.n_depth - done)));
   const double t0 = now_ns();
-  for (int64_t done = 0; done < t.n_prompt; done += n_batch) e.decode_view(random_tokens(std::min(n_batch, t.n_prompt - done)));
+  for (int64_t done = 0; done < t.n_prompt; done += n_batch)
+    e.decode_view(random_tokens(e, rng, std::min(n_batch, t.n_prompt - done)));
   int32_t next = tok(rng);
   for (int64_t i = 0; i < t.n_gen; ++i) {
     const int32_t one[1] = {next};
