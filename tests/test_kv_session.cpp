@@ -107,6 +107,8 @@ TEST(SessionFile, FileRoundTripRestoresIntoAnotherSlotAndKeepsOtherSequences) {
   const std::string path = (dir / "s.session").string();
   a.save_sequence_file(path, 0, kPrompt);
   EXPECT_TRUE(test::write_temporaries(dir).empty());
+  // The streamed file holds exactly the bytes of the in-memory encoding.
+  EXPECT_EQ(test::read_bytes(path), a.save_sequence(0, kPrompt));
   Engine b(model, cpu_config());
   b.forward(Batch::sequence(std::vector<int32_t>{5, 6, 7}, 0, 0, false));  // sequence 0: other tokens
   const auto r = b.restore_sequence_file(path, 3);
@@ -302,6 +304,69 @@ TEST(SessionFile, ForeignContentIsRefusedWithItsReason) {
   b2[8] = 2;
   expect_refused(small, b2, "version", "version 2");
   expect_refused(small, std::vector<uint8_t>(), "empty", "bad magic");
+}
+
+/// A session of 8 layers x 300 cells of f32 rows of 1,024 elements (19.7 MB of rows): above the
+/// 16 MiB from which the rows' checksums are computed on several threads.
+kv::SessionData large_session() {
+  kv::SessionData s;
+  s.model.hash = 0x1234;
+  s.model.arch = "qwen2";
+  s.model.n_layer = 8;
+  s.model.kv_dim = 1024;
+  s.model.n_vocab = 1000;
+  s.kv_type = TensorType::F32;
+  kv::SessionSequence sq;
+  for (int32_t i = 0; i < 300; ++i) {
+    sq.positions.push_back(i);
+    sq.tokens.push_back(i % 1000);
+  }
+  s.seqs.push_back(sq);
+  uint32_t x = 1;
+  for (uint32_t l = 0; l < s.model.n_layer; ++l) {
+    std::vector<uint8_t> r(2 * 300 * 4096);
+    for (auto& b : r) b = static_cast<uint8_t>((x = x * 1664525u + 1013904223u) >> 24);
+    s.rows.push_back(std::move(r));
+  }
+  return s;
+}
+
+TEST(SessionFormat, LargeRowsAreCheckedInParallelAndTheFirstDamageInFileOrderIsReported) {
+  const kv::SessionData s = large_session();
+  const std::vector<uint8_t> good = kv::encode_session(s);
+  kv::SessionLimits lim;
+  lim.n_ctx = 4096;
+  lim.n_vocab = 1000;
+  const kv::SessionView v = kv::decode_session_view(good, "big", s.model, lim);
+  ASSERT_EQ(v.rows.size(), s.rows.size());
+  for (size_t l = 0; l < s.rows.size(); ++l) EXPECT_TRUE(std::equal(v.rows[l].begin(), v.rows[l].end(), s.rows[l].begin())) << l;
+  EXPECT_EQ(kv::decode_session(good, "big", s.model, lim).rows, s.rows);
+  // Where layer l's rows begin in the file (after the head and l whole rows sections).
+  const size_t head = kv::encode_session_head(s.model, s.kv_type, s.seqs).size();
+  const size_t section = 24 + s.rows[0].size() + 8;
+  const auto row_at = [&](size_t l) { return head + l * section + 24 + 1000; };
+  const auto error_of = [&](const std::vector<uint8_t>& bytes) -> std::string {
+    try {
+      (void)kv::decode_session_view(bytes, "big", s.model, lim);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "accepted";
+  };
+  std::vector<uint8_t> bad = good;
+  bad[row_at(6)] ^= 1;
+  EXPECT_NE(error_of(bad).find("checksum mismatch in section rows of layer 6"), std::string::npos) << error_of(bad);
+  bad[row_at(2)] ^= 4;
+  EXPECT_NE(error_of(bad).find("checksum mismatch in section rows of layer 2"), std::string::npos) << error_of(bad);
+  // A damaged frame of a later section (layer 7's length) after damaged rows of layer 4: layer 4 is named.
+  bad = good;
+  bad[row_at(4)] ^= 0x80;
+  bad[head + 7 * section + 8] ^= 1;
+  EXPECT_NE(error_of(bad).find("checksum mismatch in section rows of layer 4"), std::string::npos) << error_of(bad);
+  // The frame alone: its own error.
+  bad = good;
+  bad[head + 7 * section + 8] ^= 1;
+  EXPECT_NE(error_of(bad).find("layer 7"), std::string::npos) << error_of(bad);
 }
 
 TEST(SessionFile, AFailedWriteKeepsThePreviousFile) {

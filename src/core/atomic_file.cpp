@@ -1,5 +1,6 @@
 #include "core/atomic_file.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -61,6 +62,16 @@ void AtomicFile::pad_to(uint64_t alignment) {
     const uint64_t n = std::min<uint64_t>(alignment - written_ % alignment, sizeof zeros);
     write(zeros, static_cast<size_t>(n));
   }
+}
+
+void AtomicFile::start_writeback() {
+#ifdef __linux__
+  if (written_ == writeback_ || std::fflush(f_) != 0) return;
+  // SYNC_FILE_RANGE_WRITE starts the writeback of dirty pages in the range and returns.
+  (void)::sync_file_range(::fileno(f_), static_cast<off_t>(writeback_), static_cast<off_t>(written_ - writeback_),
+                          SYNC_FILE_RANGE_WRITE);
+  writeback_ = written_;
+#endif
 }
 
 void AtomicFile::commit() {

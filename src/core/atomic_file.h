@@ -35,6 +35,10 @@ class AtomicFile {
   /// Zero bytes up to the next multiple of `alignment` of the bytes written.
   void pad_to(uint64_t alignment);
   uint64_t written() const { return written_; }
+  /// Asks the kernel to start writing what was written so far to the disk, without waiting
+  /// (Linux sync_file_range; elsewhere nothing), so that commit()'s fsync waits only for the
+  /// tail. Advisory: a failure here is ignored; commit() reports real write errors.
+  void start_writeback();
   /// Flushes (fsync), sets the permissions and renames the temporary file over the output.
   void commit();
 
@@ -45,6 +49,7 @@ class AtomicFile {
   std::string tmp_;
   std::FILE* f_ = nullptr;
   uint64_t written_ = 0;
+  uint64_t writeback_ = 0;  ///< bytes start_writeback() has handed to the kernel
   bool committed_ = false;
   RemoveOnSignal on_signal_;  // destroyed after ~AtomicFile's unlink: disarmed once the file is gone
 };

@@ -13,8 +13,10 @@
 #include <xxhash.h>
 
 #include <cstring>
+#include <future>
 
 #include "core/atomic_file.h"
+#include "core/mapped_file.h"
 #include "core/ascii.h"
 #include "core/error.h"
 #include "core/read_file.h"
@@ -447,15 +449,33 @@ void Engine::seq_add(int32_t seq, int32_t p0, int32_t p1, int32_t delta) {
   }
 }
 
+namespace {
+/// XXH64_update kept out of line: inlined into a caller that passes small fixed-size values,
+/// GCC 12 warns (-Warray-bounds) about the update's branch for inputs it can never get.
+[[gnu::noinline]] void hash_update(XXH64_state_t* st, const void* p, size_t n) { XXH64_update(st, p, n); }
+}  // namespace
+
 const kv::ModelFingerprint& Engine::fingerprint() const {
   if (fingerprint_) return *fingerprint_;
   const HParams& h = model_->hparams();
-  // Everything goes into one buffer hashed at the end (a few MB for a large vocabulary).
-  std::vector<uint8_t> buf;
+  // One XXH64 over everything fed, in order (the hash of the concatenation: the same value as
+  // hashing one buffer of it), through a 64 KiB block so that the many short strings of a large
+  // vocabulary are not each an update call.
+  XXH64_state_t st;
+  XXH64_reset(&st, 0);
+  std::vector<uint8_t> block(size_t{64} << 10);
+  size_t fill = 0;
   const auto feed = [&](const void* p, size_t n) {
-    const size_t at = buf.size();
-    buf.resize(at + n);
-    if (n) std::memcpy(buf.data() + at, p, n);
+    if (fill + n > block.size()) {
+      hash_update(&st, block.data(), fill);
+      fill = 0;
+      if (n >= block.size()) {
+        hash_update(&st, p, n);
+        return;
+      }
+    }
+    if (n) std::memcpy(block.data() + fill, p, n);
+    fill += n;
   };
   const auto feed_str = [&](std::string_view sv) {
     const uint64_t len = sv.size();
@@ -490,7 +510,8 @@ const kv::ModelFingerprint& Engine::fingerprint() const {
   }
   if (const auto types = f.get_i32_array("tokenizer.ggml.token_type")) feed(types->data(), types->size() * 4);
   auto fp = std::make_unique<kv::ModelFingerprint>();
-  fp->hash = XXH64(buf.data(), buf.size(), 0);
+  hash_update(&st, block.data(), fill);
+  fp->hash = XXH64_digest(&st);
   fp->arch = h.arch_name;
   fp->name = h.name;
   fp->n_layer = static_cast<uint32_t>(h.n_layer);
@@ -500,34 +521,67 @@ const kv::ModelFingerprint& Engine::fingerprint() const {
   return *fingerprint_;
 }
 
-std::vector<uint8_t> Engine::save_sequence(int32_t seq, std::span<const int32_t> tokens) {
+kv::SessionSequence Engine::session_sequence(int32_t seq, std::span<const int32_t> tokens,
+                                             std::vector<int32_t>* cells) const {
   if (seq < 0 || seq >= KvCache::kMaxSeq) fail("save: sequence id {} is outside [0, {})", seq, KvCache::kMaxSeq);
-  const std::vector<int32_t> cells = kv_->seq_cells(seq);
-  if (tokens.size() != cells.size())
-    fail("save: sequence {} holds {} cells but {} tokens were given for them", seq, cells.size(), tokens.size());
-  kv::SessionData d;
-  d.model = fingerprint();
-  d.kv_type = cfg_.kv_type;
+  *cells = kv_->seq_cells(seq);
+  if (tokens.size() != cells->size())
+    fail("save: sequence {} holds {} cells but {} tokens were given for them", seq, cells->size(), tokens.size());
   kv::SessionSequence sq;
   sq.seq = seq;
   sq.tokens.assign(tokens.begin(), tokens.end());
-  for (int32_t c : cells) sq.positions.push_back(kv_->cells()[static_cast<size_t>(c)].pos);
-  d.seqs.push_back(std::move(sq));
-  const uint64_t rb = kv_->row_bytes();
-  d.rows.resize(static_cast<size_t>(kv_->n_layer()));
+  for (int32_t c : *cells) sq.positions.push_back(kv_->cells()[static_cast<size_t>(c)].pos);
+  return sq;
+}
+
+std::vector<uint8_t> Engine::save_sequence(int32_t seq, std::span<const int32_t> tokens) {
+  std::vector<int32_t> cells;
+  const kv::SessionSequence sq = session_sequence(seq, tokens, &cells);
+  std::vector<uint8_t> out = kv::encode_session_head(fingerprint(), cfg_.kv_type, std::span(&sq, 1));
+  // Each layer's rows are read from the backend straight into their place in the output.
+  const uint64_t rb = kv_->row_bytes(), layer_bytes = 2 * cells.size() * rb;
+  out.reserve(out.size() + static_cast<size_t>(kv_->n_layer()) * (sizeof(kv::RowsFrame) + layer_bytes));
   for (int64_t l = 0; l < kv_->n_layer(); ++l) {
-    auto& r = d.rows[static_cast<size_t>(l)];
-    r.resize(2 * cells.size() * rb);
-    kv_->read_rows(l, 0, cells, r.data());
-    kv_->read_rows(l, 1, cells, r.data() + cells.size() * rb);
+    const size_t at = out.size() + sizeof(kv::RowsFrame::before);
+    out.resize(at + layer_bytes + sizeof(kv::RowsFrame::after));
+    kv_->read_rows(l, 0, cells, out.data() + at);
+    kv_->read_rows(l, 1, cells, out.data() + at + cells.size() * rb);
+    const kv::RowsFrame f = kv::rows_section_frame(static_cast<uint32_t>(l), std::span(out.data() + at, layer_bytes));
+    std::memcpy(out.data() + at - f.before.size(), f.before.data(), f.before.size());
+    std::memcpy(out.data() + at + layer_bytes, f.after.data(), f.after.size());
   }
-  return kv::encode_session(d);
+  return out;
 }
 
 void Engine::save_sequence_file(const std::string& path, int32_t seq, std::span<const int32_t> tokens) {
-  const std::vector<uint8_t> bytes = save_sequence(seq, tokens);
+  std::vector<int32_t> cells;
+  const kv::SessionSequence sq = session_sequence(seq, tokens, &cells);
   AtomicFile f(path);
-  f.write(bytes.data(), bytes.size());
+  const std::vector<uint8_t> head = kv::encode_session_head(fingerprint(), cfg_.kv_type, std::span(&sq, 1));
+  f.write(head.data(), head.size());
+  // A pipeline of two buffers: while one layer's rows are checksummed and written (and the
+  // kernel is asked to start writing them to the disk), the next layer's are read from the
+  // backend into the other buffer. Only two layers' rows are ever in host memory.
+  const uint64_t rb = kv_->row_bytes(), layer_bytes = 2 * cells.size() * rb;
+  std::vector<uint8_t> buf[2];
+  const auto write_layer = [&f, &buf, layer_bytes](int64_t l) {
+    const std::vector<uint8_t>& b = buf[l % 2];
+    const kv::RowsFrame fr = kv::rows_section_frame(static_cast<uint32_t>(l), std::span(b.data(), layer_bytes));
+    f.write(fr.before.data(), fr.before.size());
+    f.write(b.data(), layer_bytes);
+    f.write(fr.after.data(), fr.after.size());
+    f.start_writeback();
+  };
+  std::future<void> writing;  // declared after `f`: joined before the file is closed or removed
+  for (int64_t l = 0; l < kv_->n_layer(); ++l) {
+    std::vector<uint8_t>& b = buf[l % 2];
+    b.resize(layer_bytes);
+    kv_->read_rows(l, 0, cells, b.data());
+    kv_->read_rows(l, 1, cells, b.data() + cells.size() * rb);
+    if (writing.valid()) writing.get();  // layer l - 1 is written (its error, if any, thrown here)
+    writing = std::async(std::launch::async, write_layer, l);
+  }
+  if (writing.valid()) writing.get();
   f.commit();
 }
 
@@ -539,7 +593,7 @@ Engine::Restored Engine::restore_sequence(std::span<const uint8_t> bytes, std::s
   lim.n_ctx = cfg_.n_ctx;
   lim.n_vocab = model_->hparams().n_vocab;
   lim.max_seq = KvCache::kMaxSeq;
-  kv::SessionData d = kv::decode_session(bytes, name, fingerprint(), lim);
+  kv::SessionView d = kv::decode_session_view(bytes, name, fingerprint(), lim);
   if (d.seqs.size() != 1) fail("{}: holds {} sequences; a sequence restore takes exactly one", name, d.seqs.size());
   kv::SessionSequence& sq = d.seqs[0];
   const int64_t n = static_cast<int64_t>(sq.positions.size());
@@ -556,8 +610,16 @@ Engine::Restored Engine::restore_sequence(std::span<const uint8_t> bytes, std::s
     fail("{}: its {} cells do not fit: {} of the context's {} cells are free for sequence {}", name, n, free_cells,
          cfg_.n_ctx, dst_seq);
   const uint64_t rb = kv_->row_bytes();
-  if (d.kv_type != cfg_.kv_type)
-    for (auto& r : d.rows) r = kv::convert_kv_rows(r, d.kv_type, cfg_.kv_type, kv_->kv_dim());
+  // Rows of another KV type are converted into host memory; rows of this one are copied to the
+  // backend straight from `bytes`.
+  std::vector<std::vector<uint8_t>> converted;
+  if (d.kv_type != cfg_.kv_type) {
+    converted.reserve(d.rows.size());
+    for (auto& r : d.rows) {
+      converted.push_back(kv::convert_kv_rows(r, d.kv_type, cfg_.kv_type, kv_->kv_dim()));
+      r = converted.back();
+    }
+  }
   // Commit: nothing above touched the cache.
   const std::vector<KvCache::Cell> before = kv_->cells();
   try {
@@ -584,9 +646,12 @@ Engine::Restored Engine::restore_sequence_file(const std::string& path, int32_t 
   if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) > limit)
     fail("{}: {} bytes, more than any session of this model and context size can be ({})", path,
          static_cast<uint64_t>(st.st_size), limit);
-  const std::string bytes = read_file_bytes(path, "session file", static_cast<size_t>(limit), FileKinds::kRegular);
-  return restore_sequence(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()), path,
-                          dst_seq, positions_from_0);
+  // Read through a read-only map: the rows go from the page cache to the backend without a copy
+  // in between. MappedFile refuses what is not a regular file.
+  const MappedFile file(path);
+  if (file.size() > limit)
+    fail("{}: {} bytes, more than any session of this model and context size can be ({})", path, file.size(), limit);
+  return restore_sequence(std::span<const uint8_t>(file.data(), file.size()), path, dst_seq, positions_from_0);
 }
 
 void Engine::reset() { kv_->clear(); }

@@ -142,7 +142,9 @@ class Engine {
   std::vector<uint8_t> save_sequence(int32_t seq, std::span<const int32_t> tokens);
   /// save_sequence() written to `path` through a temporary file in the same folder renamed over
   /// it (core/atomic_file.h): a failed write (full disk, file-size limit) throws minfer::Error
-  /// naming the file and leaves whatever was at `path` as it was.
+  /// naming the file and leaves whatever was at `path` as it was. The same bytes as
+  /// save_sequence(), streamed: one layer's rows are read from the backend while the previous
+  /// layer's are written, so host memory holds two layers' rows, not the whole session.
   void save_sequence_file(const std::string& path, int32_t seq, std::span<const int32_t> tokens);
   /// What a restore put into the cache.
   struct Restored {
@@ -150,7 +152,7 @@ class Engine {
     std::vector<int32_t> positions;  ///< strictly increasing
   };
   /// Replaces sequence `dst_seq` with the one sequence in `bytes` (a session file's contents;
-  /// `name` names it in errors). Everything is checked into host memory first (kv::decode_session:
+  /// `name` names it in errors). Everything is checked first (kv::decode_session_view:
   /// magic, version, checksums, model fingerprint, KV type, geometry, vocabulary, cell counts)
   /// and the rows converted to this engine's KV type (f32 / f16 / q8_0); only then is the cache
   /// touched. A refused session throws minfer::Error "<name>: <reason>" and leaves the cache
@@ -159,8 +161,9 @@ class Engine {
   /// token list in step with the cache needs, generate.h's Session).
   Restored restore_sequence(std::span<const uint8_t> bytes, std::string_view name, int32_t dst_seq,
                             bool positions_from_0 = false);
-  /// restore_sequence() of a file; a file larger than the largest session this engine could
-  /// hold is refused before it is read.
+  /// restore_sequence() of a file, read through a read-only memory map (the rows go from the
+  /// page cache to the backend); a file larger than the largest session this engine could hold
+  /// is refused before it is read.
   Restored restore_sequence_file(const std::string& path, int32_t dst_seq, bool positions_from_0 = false);
   /// The fingerprint a session file must carry to restore here (computed once).
   const kv::ModelFingerprint& fingerprint() const;
@@ -182,6 +185,10 @@ class Engine {
   int64_t graphs_prepared() const { return graphs_prepared_; }
 
  private:
+  /// Sequence `seq`'s session entry (positions, `tokens`) and its cells in position order
+  /// (`*cells`). Throws minfer::Error on a bad id or a token count other than the cell count.
+  kv::SessionSequence session_sequence(int32_t seq, std::span<const int32_t> tokens, std::vector<int32_t>* cells) const;
+
   struct CachedGraph {
     graph::GraphParams params;
     std::unique_ptr<graph::PreparedGraph> prepared;

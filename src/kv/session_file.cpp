@@ -3,8 +3,11 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <limits>
+#include <thread>
 
 #include "core/error.h"
 #include "quant/quant.h"
@@ -110,22 +113,10 @@ class Reader {
   std::string what_;
 };
 
-/// Reads the next section of `want` tag; checks its length fits and its checksum.
-std::span<const uint8_t> next_section(Reader& file, std::string_view name, uint32_t want, const std::string& which) {
-  if (file.left() < kSectionOverhead)
-    fail("{}: the file is truncated: it ends before section {} ({} bytes left)", name, which, file.left());
-  const size_t start = file.at();
-  const auto t = file.get<uint32_t>();
-  if (t != want) fail("{}: section '{}' found where {} ('{}') belongs (the file is damaged)", name, tag_name(t), which, tag_name(want));
-  if (file.get<uint32_t>() != 0) fail("{}: section {} has a nonzero reserved field (the file is damaged)", name, which);
-  const auto len = file.get<uint64_t>();
-  if (len > file.left() || file.left() - len < 8)
-    fail("{}: the file is truncated: section {} says {} bytes, {} are left", name, which, len, file.left() >= 8 ? file.left() - 8 : 0);
-  const auto payload = file.take(len);
-  const auto sum = file.get<uint64_t>();
-  (void)start;
-  // The checksum covers the section's tag, reserved field, length and payload.
+/// XXH64 of a section: its 16 framing bytes (tag, reserved = 0, length) and its payload.
+uint64_t section_checksum(uint32_t t, std::span<const uint8_t> payload) {
   uint8_t head[16];
+  const uint64_t len = payload.size();
   std::memcpy(head, &t, 4);
   std::memset(head + 4, 0, 4);
   std::memcpy(head + 8, &len, 8);
@@ -133,10 +124,79 @@ std::span<const uint8_t> next_section(Reader& file, std::string_view name, uint3
   XXH64_reset(&st, 0);
   XXH64_update(&st, head, sizeof head);
   XXH64_update(&st, payload.data(), payload.size());
-  const uint64_t got = XXH64_digest(&st);
-  if (got != sum)
-    fail("{}: checksum mismatch in section {} (stored {:016x}, computed {:016x}): the file is damaged", name, which, sum, got);
-  return payload;
+  return XXH64_digest(&st);
+}
+
+/// One section as found in the file: its payload and the checksum stored after it.
+struct FoundSection {
+  uint32_t tag = 0;
+  std::span<const uint8_t> payload;
+  uint64_t stored = 0;
+  std::string which;
+};
+
+/// Reads the framing of the next section of `want` tag and checks that its length fits; the
+/// checksum is not computed here (check_section does).
+FoundSection next_section_unchecked(Reader& file, std::string_view name, uint32_t want, std::string which) {
+  if (file.left() < kSectionOverhead)
+    fail("{}: the file is truncated: it ends before section {} ({} bytes left)", name, which, file.left());
+  const auto t = file.get<uint32_t>();
+  if (t != want) fail("{}: section '{}' found where {} ('{}') belongs (the file is damaged)", name, tag_name(t), which, tag_name(want));
+  if (file.get<uint32_t>() != 0) fail("{}: section {} has a nonzero reserved field (the file is damaged)", name, which);
+  const auto len = file.get<uint64_t>();
+  if (len > file.left() || file.left() - len < 8)
+    fail("{}: the file is truncated: section {} says {} bytes, {} are left", name, which, len, file.left() >= 8 ? file.left() - 8 : 0);
+  FoundSection f;
+  f.tag = t;
+  f.payload = file.take(len);
+  f.stored = file.get<uint64_t>();
+  f.which = std::move(which);
+  return f;
+}
+
+void check_section(const FoundSection& f, std::string_view name) {
+  const uint64_t got = section_checksum(f.tag, f.payload);
+  if (got != f.stored)
+    fail("{}: checksum mismatch in section {} (stored {:016x}, computed {:016x}): the file is damaged", name, f.which,
+         f.stored, got);
+}
+
+/// Reads the next section of `want` tag; checks its length fits and its checksum.
+std::span<const uint8_t> next_section(Reader& file, std::string_view name, uint32_t want, const std::string& which) {
+  const FoundSection f = next_section_unchecked(file, name, want, which);
+  check_section(f, name);
+  return f.payload;
+}
+
+/// Checks the sections' checksums, in parallel when they are large; throws the error of the
+/// first damaged one in `sections` order.
+void check_sections(const std::vector<FoundSection>& sections, std::string_view name) {
+  uint64_t total = 0;
+  for (const FoundSection& f : sections) total += f.payload.size();
+  constexpr uint64_t kParallelBytes = uint64_t{16} << 20;
+  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  const size_t n_threads = std::min<size_t>({8, hw, sections.size()});
+  if (total < kParallelBytes || n_threads < 2) {
+    for (const FoundSection& f : sections) check_section(f, name);
+    return;
+  }
+  std::vector<uint8_t> ok(sections.size(), 0);
+  std::atomic<size_t> next{0};
+  const auto work = [&] {
+    for (size_t i = next++; i < sections.size(); i = next++)
+      ok[i] = section_checksum(sections[i].tag, sections[i].payload) == sections[i].stored;
+  };
+  std::vector<std::thread> threads;
+  threads.reserve(n_threads - 1);
+  try {
+    for (size_t t = 1; t < n_threads; ++t) threads.emplace_back(work);
+  } catch (const std::system_error&) {
+    // No more threads: the ones started and this one do the rest.
+  }
+  work();
+  for (std::thread& t : threads) t.join();
+  for (size_t i = 0; i < sections.size(); ++i)
+    if (!ok[i]) check_section(sections[i], name);  // throws the message with both sums
 }
 
 bool kv_type_ok(TensorType t) { return t == TensorType::F32 || t == TensorType::F16 || t == TensorType::Q8_0; }
@@ -149,6 +209,12 @@ uint64_t SessionData::n_cells() const {
   return n;
 }
 
+uint64_t SessionView::n_cells() const {
+  uint64_t n = 0;
+  for (const auto& s : seqs) n += s.positions.size();
+  return n;
+}
+
 uint64_t max_session_bytes(int64_t n_layer, uint64_t row_bytes, int64_t n_cells, int64_t n_seq) {
   const auto L = static_cast<uint64_t>(n_layer), C = static_cast<uint64_t>(n_cells), S = static_cast<uint64_t>(n_seq);
   return kFileHeaderBytes + kSectionOverhead + 24 + 2 * (4 + kMaxNameBytes) +       // model
@@ -156,56 +222,80 @@ uint64_t max_session_bytes(int64_t n_layer, uint64_t row_bytes, int64_t n_cells,
          L * (kSectionOverhead + 8 + 2 * C * row_bytes);                             // rows
 }
 
-std::vector<uint8_t> encode_session(const SessionData& s) {
-  const uint64_t rb = row_bytes(s.kv_type, s.model.kv_dim);
-  const uint64_t n_cells = s.n_cells();
-  if (s.rows.size() != s.model.n_layer) fail("session: {} layers of rows for a model of {} layers", s.rows.size(), s.model.n_layer);
+std::vector<uint8_t> encode_session_head(const ModelFingerprint& model, TensorType kv_type,
+                                         std::span<const SessionSequence> seqs) {
   Writer w;
-  w.out.reserve(max_session_bytes(s.model.n_layer, rb, static_cast<int64_t>(n_cells), static_cast<int64_t>(s.seqs.size())));
+  uint64_t n_cells = 0;
+  for (const SessionSequence& sq : seqs) n_cells += sq.positions.size();
+  w.out.reserve(max_session_bytes(0, 0, static_cast<int64_t>(n_cells), static_cast<int64_t>(seqs.size())));
   w.bytes(kSessionMagic, sizeof kSessionMagic);
   w.put<uint32_t>(kSessionVersion);
   w.put<uint32_t>(0);
   {
-    Writer& m = w;
     const size_t at = begin_section(w, kTagModel);
-    m.put<uint64_t>(s.model.hash);
-    m.put<uint32_t>(s.model.n_layer);
-    m.put<uint32_t>(s.model.kv_dim);
-    m.put<uint32_t>(s.model.n_vocab);
-    m.put<uint32_t>(0);
-    m.str(s.model.arch);
-    m.str(s.model.name);
+    w.put<uint64_t>(model.hash);
+    w.put<uint32_t>(model.n_layer);
+    w.put<uint32_t>(model.kv_dim);
+    w.put<uint32_t>(model.n_vocab);
+    w.put<uint32_t>(0);
+    w.str(model.arch);
+    w.str(model.name);
     end_section(w, at);
   }
   {
-    Writer& q = w;
     const size_t at = begin_section(w, kTagSeqs);
-    q.put<uint32_t>(static_cast<uint32_t>(s.kv_type));
-    q.put<uint32_t>(static_cast<uint32_t>(s.seqs.size()));
-    for (const SessionSequence& sq : s.seqs) {
+    w.put<uint32_t>(static_cast<uint32_t>(kv_type));
+    w.put<uint32_t>(static_cast<uint32_t>(seqs.size()));
+    for (const SessionSequence& sq : seqs) {
       if (sq.positions.size() != sq.tokens.size())
         fail("session: sequence {} has {} positions and {} tokens", sq.seq, sq.positions.size(), sq.tokens.size());
-      q.put<int32_t>(sq.seq);
-      q.put<uint32_t>(static_cast<uint32_t>(sq.positions.size()));
-      q.bytes(sq.positions.data(), sq.positions.size() * 4);
-      q.bytes(sq.tokens.data(), sq.tokens.size() * 4);
+      w.put<int32_t>(sq.seq);
+      w.put<uint32_t>(static_cast<uint32_t>(sq.positions.size()));
+      w.bytes(sq.positions.data(), sq.positions.size() * 4);
+      w.bytes(sq.tokens.data(), sq.tokens.size() * 4);
     }
-    end_section(w, at);
-  }
-  for (uint32_t l = 0; l < s.model.n_layer; ++l) {
-    if (s.rows[l].size() != 2 * n_cells * rb)
-      fail("session: layer {} has {} bytes of rows, {} expected", l, s.rows[l].size(), 2 * n_cells * rb);
-    const size_t at = begin_section(w, kTagRows);
-    w.put<uint32_t>(l);
-    w.put<uint32_t>(0);
-    w.bytes(s.rows[l].data(), s.rows[l].size());
     end_section(w, at);
   }
   return std::move(w.out);
 }
 
-SessionData decode_session(std::span<const uint8_t> bytes, std::string_view name, const ModelFingerprint& expect,
-                           const SessionLimits& limits) {
+RowsFrame rows_section_frame(uint32_t layer, std::span<const uint8_t> rows) {
+  RowsFrame f;
+  const uint32_t reserved = 0;
+  const uint64_t len = 8 + rows.size();
+  std::memcpy(f.before.data(), &kTagRows, 4);
+  std::memcpy(f.before.data() + 4, &reserved, 4);
+  std::memcpy(f.before.data() + 8, &len, 8);
+  std::memcpy(f.before.data() + 16, &layer, 4);
+  std::memcpy(f.before.data() + 20, &reserved, 4);
+  XXH64_state_t st;
+  XXH64_reset(&st, 0);
+  XXH64_update(&st, f.before.data(), f.before.size());
+  XXH64_update(&st, rows.data(), rows.size());
+  const uint64_t sum = XXH64_digest(&st);
+  std::memcpy(f.after.data(), &sum, 8);
+  return f;
+}
+
+std::vector<uint8_t> encode_session(const SessionData& s) {
+  const uint64_t rb = row_bytes(s.kv_type, s.model.kv_dim);
+  const uint64_t n_cells = s.n_cells();
+  if (s.rows.size() != s.model.n_layer) fail("session: {} layers of rows for a model of {} layers", s.rows.size(), s.model.n_layer);
+  std::vector<uint8_t> out = encode_session_head(s.model, s.kv_type, s.seqs);
+  out.reserve(out.size() + s.model.n_layer * (kSectionOverhead + 8 + 2 * n_cells * rb));
+  for (uint32_t l = 0; l < s.model.n_layer; ++l) {
+    if (s.rows[l].size() != 2 * n_cells * rb)
+      fail("session: layer {} has {} bytes of rows, {} expected", l, s.rows[l].size(), 2 * n_cells * rb);
+    const RowsFrame f = rows_section_frame(l, s.rows[l]);
+    out.insert(out.end(), f.before.begin(), f.before.end());
+    out.insert(out.end(), s.rows[l].begin(), s.rows[l].end());
+    out.insert(out.end(), f.after.begin(), f.after.end());
+  }
+  return out;
+}
+
+SessionView decode_session_view(std::span<const uint8_t> bytes, std::string_view name, const ModelFingerprint& expect,
+                                const SessionLimits& limits) {
   if (bytes.size() < kFileHeaderBytes) {
     if (bytes.size() < sizeof kSessionMagic || std::memcmp(bytes.data(), kSessionMagic, sizeof kSessionMagic) != 0)
       fail("{}: not a minfer session file (bad magic; {} bytes)", name, bytes.size());
@@ -220,7 +310,7 @@ SessionData decode_session(std::span<const uint8_t> bytes, std::string_view name
     fail("{}: session format version {} (this build reads version {})", name, version, kSessionVersion);
   if (file.get<uint32_t>() != 0) fail("{}: the header's reserved field is not 0 (the file is damaged)", name);
 
-  SessionData s;
+  SessionView s;
   {
     Reader m(next_section(file, name, kTagModel, "model"), name, "the model section");
     s.model.hash = m.get<uint64_t>();
@@ -275,20 +365,43 @@ SessionData decode_session(std::span<const uint8_t> bytes, std::string_view name
     }
     q.done();
   }
+  // The rows sections: their framing is read in order, their checksums computed together
+  // after (in parallel when large). An error in the framing of a later section is reported only
+  // when no earlier section is damaged, so the error is always the first damage in file order.
   const uint64_t rb = row_bytes(s.kv_type, s.model.kv_dim);
   s.rows.resize(s.model.n_layer);
-  for (uint32_t l = 0; l < s.model.n_layer; ++l) {
-    Reader r(next_section(file, name, kTagRows, fmt::format("rows of layer {}", l)), name, fmt::format("layer {}'s rows", l));
-    const auto layer = r.get<uint32_t>();
-    if (layer != l) fail("{}: rows of layer {} found where layer {} belongs (the file is damaged)", name, layer, l);
-    if (r.get<uint32_t>() != 0) fail("{}: layer {}'s reserved field is not 0 (the file is damaged)", name, l);
-    if (r.left() != 2 * n_cells * rb)
-      fail("{}: layer {} holds {} bytes of rows; {} cells of {} K and V rows need {}", name, l, r.left(), n_cells,
-           type_name(s.kv_type), 2 * n_cells * rb);
-    const auto rows = r.take(r.left());
-    s.rows[l].assign(rows.begin(), rows.end());
+  std::vector<FoundSection> found;
+  found.reserve(s.model.n_layer);
+  try {
+    for (uint32_t l = 0; l < s.model.n_layer; ++l) {
+      found.push_back(next_section_unchecked(file, name, kTagRows, fmt::format("rows of layer {}", l)));
+      Reader r(found.back().payload, name, fmt::format("layer {}'s rows", l));
+      const auto layer = r.get<uint32_t>();
+      if (layer != l) fail("{}: rows of layer {} found where layer {} belongs (the file is damaged)", name, layer, l);
+      if (r.get<uint32_t>() != 0) fail("{}: layer {}'s reserved field is not 0 (the file is damaged)", name, l);
+      if (r.left() != 2 * n_cells * rb)
+        fail("{}: layer {} holds {} bytes of rows; {} cells of {} K and V rows need {}", name, l, r.left(), n_cells,
+             type_name(s.kv_type), 2 * n_cells * rb);
+      s.rows[l] = r.take(r.left());
+    }
+    file.done();
+  } catch (const Error&) {
+    for (const FoundSection& f : found) check_section(f, name);  // an earlier damaged section wins
+    throw;
   }
-  file.done();
+  check_sections(found, name);
+  return s;
+}
+
+SessionData decode_session(std::span<const uint8_t> bytes, std::string_view name, const ModelFingerprint& expect,
+                           const SessionLimits& limits) {
+  SessionView v = decode_session_view(bytes, name, expect, limits);
+  SessionData s;
+  s.model = std::move(v.model);
+  s.kv_type = v.kv_type;
+  s.seqs = std::move(v.seqs);
+  s.rows.reserve(v.rows.size());
+  for (const auto& r : v.rows) s.rows.emplace_back(r.begin(), r.end());
   return s;
 }
 

@@ -4,6 +4,7 @@
 // commits the rows. Byte-level layout: docs/session-format.md; the decision: docs/adr/0006-kv-session-files.md.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -54,6 +55,34 @@ struct SessionData {
 /// positions and tokens of different lengths).
 std::vector<uint8_t> encode_session(const SessionData& s);
 
+// ---- piece by piece, for writers that stream the rows (Engine::save_sequence_file) ----
+/// The bytes of a session before its first rows section: the file header, the model section and
+/// the sequences section. Throws minfer::Error when a sequence's positions and tokens differ in
+/// length. encode_session() is this, then one rows section per layer.
+std::vector<uint8_t> encode_session_head(const ModelFingerprint& model, TensorType kv_type,
+                                         std::span<const SessionSequence> seqs);
+/// The framing of one rows section (KVRW) around its rows: `before` (tag, reserved, length,
+/// layer index, reserved: 24 bytes) and `after` (the section's XXH64: 8 bytes). The section is
+/// before + rows + after; `rows` are the K rows then the V rows of the layer's cells.
+struct RowsFrame {
+  std::array<uint8_t, 24> before{};
+  std::array<uint8_t, 8> after{};
+};
+/// Computes the frame (and so the checksum, one pass over `rows`) of layer `layer`'s section.
+RowsFrame rows_section_frame(uint32_t layer, std::span<const uint8_t> rows);
+
+/// A decoded session whose rows are spans into the decoded bytes (no copy of the rows): valid
+/// while those bytes are. `rows[layer]` as in SessionData.
+struct SessionView {
+  ModelFingerprint model;
+  TensorType kv_type = TensorType::F32;
+  std::vector<SessionSequence> seqs;
+  std::vector<std::span<const uint8_t>> rows;
+
+  /// Cells in all sequences.
+  uint64_t n_cells() const;
+};
+
 /// Limits decode() checks beside the format itself.
 struct SessionLimits {
   int64_t n_ctx = 0;     ///< most cells the sessions's sequences may hold together
@@ -70,6 +99,12 @@ struct SessionLimits {
 /// repeated. Nothing is allocated beyond what the bytes themselves hold.
 SessionData decode_session(std::span<const uint8_t> bytes, std::string_view name, const ModelFingerprint& expect,
                            const SessionLimits& limits);
+/// decode_session() without copying the rows: the same checks and errors, every checksum
+/// verified before it returns. The rows sections' checksums are computed on up to 8 threads
+/// when the rows are large (16 MiB or more); the error reported is still that of the first
+/// damaged section in file order.
+SessionView decode_session_view(std::span<const uint8_t> bytes, std::string_view name, const ModelFingerprint& expect,
+                                const SessionLimits& limits);
 
 /// Converts rows of `kv_dim` elements from `from` to `to` (f32, f16, q8_0; through f32, with the
 /// reference quantizer). Same type: a copy.
