@@ -144,6 +144,29 @@ TEST_F(SpeculativeCpu, GreedyDraftEqualsTargetGreedyForEveryDraftLength) {
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
+// Verification cut into forwards of 3 tokens (what the CUDA target does at 8): greedy output is
+// still the target's, draft and lookup, and a round that drafts 7 runs up to 3 forwards.
+TEST_F(SpeculativeCpu, VerifyInPiecesKeepsGreedyIdentity) {
+  Session session(*target_, *target_model_->tokenizer());
+  const std::vector<int32_t> prompt = encode(kCodePrompts[3]);
+  const std::vector<int32_t> want = greedy(session, prompt, 32, nullptr);
+  for (const int32_t k : {2, 7, 16}) {
+    SpeculativeParams p = fixed(k);
+    p.verify_max = 3;
+    Speculator spec(*draft_, draft_model_->tokenizer()->n_vocab(), p, SamplerParams{}, 0.5);
+    GenerateStats st;
+    EXPECT_EQ(greedy(session, prompt, 32, &spec, &st), want) << "draft length " << k;
+    EXPECT_GT(st.drafted, 0);
+    EXPECT_EQ(static_cast<size_t>(target_->n_past()), session.tokens().size());
+  }
+  SpeculativeParams p = fixed(6);
+  p.lookup_n = 2;
+  p.verify_max = 2;
+  Speculator spec(p, SamplerParams{});
+  GenerateStats st;
+  EXPECT_EQ(greedy(session, prompt, 32, &spec, &st), want) << "lookup";
+}
+
 // Five code prompts x 128 tokens: draft length 2, the adaptive default, and lookup (fixed 4 and
 // adaptive).
 TEST_F(SpeculativeCpu, GreedyDraftAndLookupEqualTargetGreedyOnFivePrompts) {

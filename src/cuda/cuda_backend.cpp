@@ -8,6 +8,7 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "cuda/kernels/attention.cuh"
 #include "cuda/kernels/fault.h"
 #include "cuda/kernels/get_rows.cuh"
 #include "cuda/kernels/kv.cuh"
@@ -292,6 +293,8 @@ void CudaBackend::download_at_sync(void* dst, const void* src, uint64_t bytes) {
   if (queued) return;
   download(dst, src, bytes);  // the buffer is busy or too small for both: this one at once
 }
+
+int64_t CudaBackend::exact_step_tokens() const { return kAttnDecodeMaxTokens; }
 
 graph::HostBuffer CudaBackend::alloc_host(uint64_t bytes) {
   void* p = nullptr;

@@ -75,6 +75,10 @@ class CudaBackend final : public graph::Backend {
   /// Page-locked host memory (cudaHostAlloc); OutOfMemoryError naming the bytes when the driver
   /// has none, minfer::Error for another CUDA error.
   graph::HostBuffer alloc_host(uint64_t bytes) override;
+  /// kAttnDecodeMaxTokens (8): up to that many tokens of one sequence take the decode kernels
+  /// (attention's split plan and the matrix-vector products do not depend on the token count;
+  /// docs/cuda.md's identity gates); more take the prefill kernels, whose roundings differ.
+  int64_t exact_step_tokens() const override;
   void copy(void* dst, const void* src, uint64_t bytes) override;
   void move_rows(void* base, uint64_t row_bytes, int64_t src, int64_t dst, int64_t count) override;
 

@@ -115,6 +115,10 @@ class Engine {
   /// decode() without the copy (a view as forward_view returns).
   std::span<const float> decode_view(std::span<const int32_t> tokens, bool all_logits = false);
 
+  /// Most tokens of one sequence a forward on this engine's device may hold with each token's
+  /// logits bitwise those of one-token forwards (graph::Backend::exact_step_tokens).
+  int64_t exact_step_tokens() { return backend().exact_step_tokens(); }
+
   // ---- sequence operations (llama.cpp's names; the server's slots are sequence ids) ----
   /// [seq_rm] Forgets the positions [p0, p1) of `seq` (p1 < 0: to the end; seq -1: every
   /// sequence). Throws minfer::Error for a sequence id outside [-1, KvCache::kMaxSeq).

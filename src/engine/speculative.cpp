@@ -67,6 +67,7 @@ void validate(const SpeculativeParams& p) {
     fail("--spec-draft-n-min {} is not in [0, --spec-draft-n-max {}]", p.n_min, p.n_max);
   if (!(p.p_min >= 0.0f && p.p_min <= 1.0f)) fail("--spec-draft-p-min {} is not in [0, 1]", p.p_min);
   if (p.lookup_n < 0 || p.lookup_n > 64) fail("--lookup {} is not in [1, 64]", p.lookup_n);
+  if (p.verify_max < 0) fail("speculation: verify_max {} is negative", p.verify_max);
 }
 
 void check_vocab_compatible(const tok::Tokenizer& target, const tok::Tokenizer& draft, const std::string& target_name,
@@ -202,53 +203,63 @@ std::vector<int32_t> Speculator::step(Engine& target, std::span<const int32_t> h
   since_draft_ = drafts.empty() ? since_draft_ + 1 : 0;
   if (!drafts.empty() && draft_ != nullptr) ema(d_, draft_s / static_cast<double>(drafts.size()));
 
-  // Verify: the last token and the drafts, logits for all.
+  // Verify: the last token and the drafts, logits for all. The forward is cut into pieces of at
+  // most the backend's exact step (Engine::exact_step_tokens: each piece's logits are bitwise
+  // those of one-token steps, so greedy output stays the target's own); a later piece is not run
+  // once a draft is rejected.
   std::vector<int32_t> batch;
   batch.reserve(drafts.size() + 1);
   batch.push_back(history.back());
   batch.insert(batch.end(), drafts.begin(), drafts.end());
   const int32_t n_past = target.n_past();
-  const auto t0 = std::chrono::steady_clock::now();
-  const std::span<const float> logits = target.forward_view(Batch::sequence(batch, n_past, 0, /*all_logits=*/true));
-  const double verify_s = seconds_since(t0);
+  const auto piece = static_cast<size_t>(std::max<int64_t>(
+      1, params_.verify_max > 0 ? std::min<int64_t>(params_.verify_max, target.exact_step_tokens()) : target.exact_step_tokens()));
+  const auto row_len = static_cast<size_t>(target.n_vocab());
+  std::vector<int32_t> out;
+  std::vector<int32_t> hist(history.begin(), history.end());
+  TokenDistribution p;
+  double verify_s = 0.0;
+  size_t j = 0;
+  bool rejected = false;
+  for (size_t i0 = 0; i0 < batch.size() && !rejected; i0 += piece) {
+    const size_t i1 = std::min(batch.size(), i0 + piece);
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::span<const float> logits = target.forward_view(
+        Batch::sequence(std::span(batch).subspan(i0, i1 - i0), n_past + static_cast<int32_t>(i0), 0, /*all_logits=*/true));
+    verify_s += seconds_since(t0);
+    const auto row = [&](size_t i) { return logits.subspan((i - i0) * row_len, static_cast<size_t>(n_vocab)); };
+    for (; j < drafts.size() && j < i1; ++j) {
+      const int32_t x = drafts[j];
+      if (sampler.greedy()) {
+        const int32_t t = sampler.sample(row(j), hist);
+        if (t != x) {
+          out.push_back(t);
+          rejected = true;
+          break;
+        }
+      } else {
+        sampler.distribution(row(j), hist, p);
+        bool ok = false;
+        const int32_t t = speculative_accept(p, draft_ != nullptr ? &q_[j] : nullptr, x, sampler, &ok);
+        if (!ok) {
+          out.push_back(t);
+          rejected = true;
+          break;
+        }
+      }
+      out.push_back(x);
+      hist.push_back(x);
+    }
+    // Every draft kept (or none made): one more token from the target's last row.
+    if (!rejected && i1 == batch.size()) out.push_back(sampler.sample(row(drafts.size()), hist));
+  }
   ++stats_.rounds;
   if (drafts.empty()) {
     ema(t1_, verify_s);
   } else if (t1_ > 0.0) {
     ema(b_, std::max(0.0, verify_s - t1_) / static_cast<double>(drafts.size()));
   }
-  const auto row_len = static_cast<size_t>(target.n_vocab());
-  const auto row = [&](size_t j) { return logits.subspan(j * row_len, static_cast<size_t>(n_vocab)); };
-
-  std::vector<int32_t> out;
-  std::vector<int32_t> hist(history.begin(), history.end());
-  TokenDistribution p;
-  size_t j = 0;
-  for (; j < drafts.size(); ++j) {
-    const int32_t x = drafts[j];
-    if (sampler.greedy()) {
-      const int32_t t = sampler.sample(row(j), hist);
-      if (t != x) {
-        out.push_back(t);
-        break;
-      }
-    } else {
-      sampler.distribution(row(j), hist, p);
-      bool ok = false;
-      const int32_t t = speculative_accept(p, draft_ != nullptr ? &q_[j] : nullptr, x, sampler, &ok);
-      if (!ok) {
-        out.push_back(t);
-        break;
-      }
-    }
-    out.push_back(x);
-    hist.push_back(x);
-  }
   const size_t accepted = j;
-  if (accepted == drafts.size()) {
-    // Every draft kept (or none made): one more token from the target's last row.
-    out.push_back(sampler.sample(row(drafts.size()), hist));
-  }
   if (!drafts.empty()) {
     stats_.drafted += static_cast<int64_t>(drafts.size());
     stats_.accepted += static_cast<int64_t>(accepted);

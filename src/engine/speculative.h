@@ -49,10 +49,15 @@ struct SpeculativeParams {
   bool adaptive = true;
   /// Seed of the draft's own sampler (sampling mode only).
   uint64_t seed = 0;
+  /// Most tokens per verify forward; a longer verify runs as several forwards, stopping at the
+  /// first rejection. 0: the target engine's exact step (Engine::exact_step_tokens: no limit on
+  /// the CPU, 8 on CUDA), which keeps greedy output bitwise the target's. Tests set it to run
+  /// the pieces on the CPU.
+  int32_t verify_max = 0;
 };
 
 /// Throws minfer::Error naming the option and value: n_max in [1, 256], n_min in [0, n_max],
-/// p_min in [0, 1], lookup_n in [0, 64].
+/// p_min in [0, 1], lookup_n in [0, 64], verify_max >= 0.
 void validate(const SpeculativeParams& p);
 
 /// The speculative sampling rule for one drafted token `x`: with probability min(1, p(x)/q(x))

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -92,6 +93,11 @@ class Backend {
   /// download_at_sync into it is one DMA with no host copy; CPU: ordinary memory, 64-byte
   /// aligned). Throws OutOfMemoryError naming the size when it cannot be had.
   virtual HostBuffer alloc_host(uint64_t bytes);
+  /// Most tokens of one sequence a forward may hold while each token's results stay bitwise
+  /// those of one-token forwards (the kernels' column-independent decode paths). CPU: no limit
+  /// (every kernel computes each token alone). Speculative verification cuts its forwards to
+  /// this size so that greedy output is the target's own, token for token.
+  virtual int64_t exact_step_tokens() const { return std::numeric_limits<int64_t>::max(); }
   /// Backend memory -> backend memory, non-overlapping.
   virtual void copy(void* dst, const void* src, uint64_t bytes) = 0;
   /// Moves rows [src, src + count) of a region of `row_bytes`-byte rows starting at `base` to
