@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #define XXH_INLINE_ALL
@@ -19,7 +18,6 @@
 #include "core/mapped_file.h"
 #include "core/ascii.h"
 #include "core/error.h"
-#include "core/read_file.h"
 #include "gguf/gguf.h"
 #include "core/log.h"
 #include "core/progress.h"
@@ -642,12 +640,10 @@ Engine::Restored Engine::restore_sequence_file(const std::string& path, int32_t 
   // The largest session this engine could hold (f32 rows: conversion on load is allowed).
   const uint64_t limit = kv::max_session_bytes(kv_->n_layer(), row_bytes(TensorType::F32, kv_->kv_dim()), cfg_.n_ctx,
                                                KvCache::kMaxSeq);
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) > limit)
-    fail("{}: {} bytes, more than any session of this model and context size can be ({})", path,
-         static_cast<uint64_t>(st.st_size), limit);
   // Read through a read-only map: the rows go from the page cache to the backend without a copy
-  // in between. MappedFile refuses what is not a regular file.
+  // in between. MappedFile refuses what is not a regular file (a FIFO without waiting), and a
+  // file truncated by another program while it is read ends the process with one line naming
+  // it, as a model file does (docs/adr/0005-model-files-must-not-change-while-mapped.md).
   const MappedFile file(path);
   if (file.size() > limit)
     fail("{}: {} bytes, more than any session of this model and context size can be ({})", path, file.size(), limit);
