@@ -5,12 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <csignal>
 #include <cstring>
+#include <fstream>
 
 #include "core/error.h"
 #include "engine/engine.h"
@@ -367,6 +369,26 @@ TEST(SessionFormat, LargeRowsAreCheckedInParallelAndTheFirstDamageInFileOrderIsR
   bad = good;
   bad[head + 7 * section + 8] ^= 1;
   EXPECT_NE(error_of(bad).find("layer 7"), std::string::npos) << error_of(bad);
+}
+
+TEST(SessionFile, ARestoreRefusesAFolderAFifoAndAnEmptyFileInOneLineWithoutWaiting) {
+  const auto dir = test::temp_dir();
+  auto model = tiny(micro_spec(), dir);
+  Engine e(model, cpu_config(TensorType::F16, 16));
+  const std::string fifo = (dir / "pipe.session").string(), empty = (dir / "empty.session").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  { std::ofstream(empty).flush(); }
+  for (const std::string& path : {dir.string(), fifo, empty, (dir / "missing.session").string()}) {
+    try {
+      e.restore_sequence_file(path, 0);
+      ADD_FAILURE() << path << ": accepted";
+    } catch (const Error& err) {
+      const std::string msg = err.what();
+      EXPECT_EQ(msg.rfind(path, 0), 0u) << msg;
+      EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    }
+  }
+  EXPECT_EQ(e.kv().n_used(), 0);
 }
 
 TEST(SessionFile, AFailedWriteKeepsThePreviousFile) {
