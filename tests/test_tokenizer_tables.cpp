@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "tokenizer/merge_list.h"
 #include "tokenizer/merge_table.h"
@@ -70,6 +71,32 @@ TEST(TokenizerTables, TokenIndexFindsEveryTokenAndReportsDuplicates) {
   EXPECT_EQ(index.find(t, "tok5000"), -1);
   EXPECT_EQ(index.find(t, ""), -1);
   EXPECT_EQ(TokenIndex().find(t, "tok1"), -1);  // empty index
+}
+
+TEST(TokenizerTables, TokenIndexFindManyEqualsFindForEachText) {
+  // More tokens than fit the tag-free id bits of a small table, texts of 1 to 40 bytes, and
+  // lookups of present, absent and empty texts, in blocks of every size around the pipeline's
+  // depth (find_many runs its lookups staggered a few dozen texts apart).
+  StringTable t;
+  for (int i = 0; i < 70000; ++i) t.push_back(std::string(static_cast<size_t>(1 + i % 40), 'a' + i % 26) + std::to_string(i));
+  TokenIndex index;
+  index.reset(t.size());
+  for (int32_t i = 0; i < static_cast<int32_t>(t.size()); ++i) ASSERT_EQ(index.insert(t, i), -1);
+  std::vector<std::string> owned;
+  for (int i = 0; i < 3000; ++i) {
+    owned.push_back(std::string(t[static_cast<size_t>(i * 23 % 70000)]));
+    if (i % 3 == 0) owned.push_back(owned.back() + "x");  // absent
+  }
+  owned.push_back("");
+  std::vector<std::string_view> texts(owned.begin(), owned.end());
+  for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{25}, size_t{33}, texts.size()}) {
+    std::vector<int32_t> ids(n, -2);
+    index.find_many(t, std::span(texts).first(n), ids);
+    for (size_t k = 0; k < n; ++k) ASSERT_EQ(ids[k], index.find(t, texts[k])) << n << " " << k;
+  }
+  std::vector<int32_t> ids(texts.size(), -2);
+  TokenIndex().find_many(t, texts, ids);  // empty index
+  for (int32_t id : ids) EXPECT_EQ(id, -1);
 }
 
 TEST(TokenizerTables, MergeTableKeepsTheLowestRankOfARepeatedPair) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <queue>
+#include <span>
 
 #include "core/error.h"
 #include "tokenizer/byte_level.h"
@@ -17,23 +18,42 @@ constexpr size_t kShortWordSymbols = 48;       // below this, scan for the best 
 }  // namespace
 
 BpeModel::BpeModel(const VocabData& data, const TokenIndex& index) {
+  std::string text;
   for (int b = 0; b < 256; ++b) {
-    std::string text;
+    text.clear();
     utf8_append(text, byte_to_codepoint(static_cast<uint8_t>(b)));
     const int32_t id = index.find(data.tokens, text);
     MINFER_CHECK(id >= 0, "{}: the vocabulary has no token for byte 0x{:02X} ('{}')", data.source, b, text);
     byte_token_[static_cast<size_t>(b)] = id;
   }
-  merges_.reset(data.merges.size());
-  for (size_t rank = 0; rank < data.merges.size(); ++rank) {
-    const auto [left, right] = data.merges[rank];
-    const int32_t l = index.find(data.tokens, left);
-    const int32_t r = index.find(data.tokens, right);
-    const int32_t m = index.find(data.tokens, data.merges.joined(rank));
-    MINFER_CHECK(l >= 0 && r >= 0 && m >= 0,
-          "{}: merge {} ('{} {}') names a token that is not in the vocabulary ('{}')", data.source,
-          rank, left, right, l < 0 ? left : r < 0 ? right : data.merges.joined(rank));
-    merges_.insert(l, r, static_cast<int32_t>(rank), m);
+  // The three ids of each merge (left, right, result) are looked up a block of merges at a
+  // time (TokenIndex::find_many overlaps the lookups' memory reads), then the block is checked
+  // and inserted in rank order, each insert fetching the slot of one a few ranks ahead.
+  const size_t n_merges = data.merges.size();
+  merges_.reset(n_merges);
+  constexpr size_t kBlock = 256;
+  constexpr size_t kAhead = 8;
+  std::vector<std::string_view> texts(3 * kBlock);
+  std::vector<int32_t> ids(3 * kBlock);
+  for (size_t first = 0; first < n_merges; first += kBlock) {
+    const size_t count = std::min(kBlock, n_merges - first);
+    for (size_t k = 0; k < count; ++k) {
+      const auto [left, right] = data.merges[first + k];
+      texts[3 * k] = left;
+      texts[3 * k + 1] = right;
+      texts[3 * k + 2] = data.merges.joined(first + k);
+    }
+    index.find_many(data.tokens, std::span(texts).first(3 * count), std::span(ids).first(3 * count));
+    for (size_t k = 0; k < count; ++k) {
+      if (const size_t a = k + kAhead; a < count && ids[3 * a] >= 0 && ids[3 * a + 1] >= 0)
+        merges_.prefetch(ids[3 * a], ids[3 * a + 1]);
+      const size_t rank = first + k;
+      const int32_t l = ids[3 * k], r = ids[3 * k + 1], m = ids[3 * k + 2];
+      MINFER_CHECK(l >= 0 && r >= 0 && m >= 0,
+            "{}: merge {} ('{} {}') names a token that is not in the vocabulary ('{}')", data.source,
+            rank, texts[3 * k], texts[3 * k + 1], l < 0 ? texts[3 * k] : r < 0 ? texts[3 * k + 1] : texts[3 * k + 2]);
+      merges_.insert(l, r, static_cast<int32_t>(rank), m);
+    }
   }
 }
 

@@ -47,8 +47,30 @@ std::string token_text_to_bytes(std::string_view text, bool* all_mapped) {
   std::string out;
   out.reserve(text.size());
   if (all_mapped) *all_mapped = true;
+  const Tables& tb = tables();
   size_t pos = 0;
   while (pos < text.size()) {
+    // Fast paths for the two forms every byte-level character takes (the results are those of
+    // the general path below): ASCII, which is its own byte when printable ('!'..'~') and
+    // otherwise copied through; and two-byte characters below U+0200, looked up directly.
+    const auto c0 = static_cast<uint8_t>(text[pos]);
+    if (c0 < 0x80) {
+      out.push_back(static_cast<char>(c0));
+      if (all_mapped && tb.from_cp[c0] < 0) *all_mapped = false;
+      ++pos;
+      continue;
+    }
+    if (c0 >= 0xC2 && c0 <= 0xC7 && pos + 1 < text.size() && (static_cast<uint8_t>(text[pos + 1]) & 0xC0) == 0x80) {
+      const uint32_t cp = (uint32_t{c0} & 0x1Fu) << 6 | (static_cast<uint8_t>(text[pos + 1]) & 0x3Fu);
+      if (const int16_t b = tb.from_cp[cp]; b >= 0) {
+        out.push_back(static_cast<char>(b));
+      } else {
+        out.append(text.substr(pos, 2));
+        if (all_mapped) *all_mapped = false;
+      }
+      pos += 2;
+      continue;
+    }
     const size_t n = utf8_char_len(text, pos);
     if (n == 0) {  // invalid UTF-8 in a token text: keep the byte as it is
       out.push_back(text[pos]);

@@ -41,6 +41,11 @@ class StringTable {
   std::string_view operator[](size_t i) const {
     return std::string_view(bytes_.data() + spans_[i].offset, spans_[i].size);
   }
+  /// Hints that string `i` (i < size(); unchecked) will be read soon: prefetch_span fetches its
+  /// index entry, prefetch_bytes (which reads that entry) its first bytes. For lookups that
+  /// overlap their memory reads; neither changes anything.
+  void prefetch_span(size_t i) const { __builtin_prefetch(&spans_[i]); }
+  void prefetch_bytes(size_t i) const { __builtin_prefetch(bytes_.data() + spans_[i].offset); }
   const_iterator begin() const { return {this, 0}; }
   const_iterator end() const { return {this, spans_.size()}; }
 

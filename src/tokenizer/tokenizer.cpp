@@ -58,14 +58,12 @@ struct Tokenizer::Impl {
   std::unique_ptr<SpecialTokenMatcher> specials;
 
   explicit Impl(VocabData d) : data(std::move(d)) {
-    validate_vocab(data);
+    validate_vocab(data, token_to_id);  // also fills token_to_id
     pre = is_spm(data) ? PreTokenizer::None : pre_tokenizer_from_name(data.pre, data.source);
     // llama.cpp 80fb11ac sets ignore_merges for LLAMA_VOCAB_PRE_TYPE_LLAMA3 (as the Llama-3
     // tokenizer.json's "ignore_merges": true).
     ignore_merges = pre == PreTokenizer::Llama3;
     const size_t n = data.tokens.size();
-    token_to_id.reset(n);
-    for (size_t i = 0; i < n; ++i) (void)token_to_id.insert(data.tokens, static_cast<int32_t>(i));
     if (is_spm(data)) {
       spm = std::make_unique<SpmModel>(data, token_to_id);
       std::vector<float>().swap(data.scores);

@@ -20,6 +20,11 @@ PreTokenizer pre_tokenizer_from_name(const std::string& name, const std::string&
 }
 
 void validate_vocab(const VocabData& d) {
+  TokenIndex seen;
+  validate_vocab(d, seen);
+}
+
+void validate_vocab(const VocabData& d, TokenIndex& seen) {
   MINFER_CHECK(d.model == "gpt2" || d.model == "llama",
         "{}: tokenizer model '{}' is not supported (only 'gpt2', byte-level BPE, and 'llama', SentencePiece)",
         d.source, d.model);
@@ -35,7 +40,6 @@ void validate_vocab(const VocabData& d) {
         d.types.size(), d.tokens.size());
   MINFER_CHECK(d.strip.empty() || d.strip.size() == d.tokens.size(), "{}: {} strip flags for {} tokens",
         d.source, d.strip.size(), d.tokens.size());
-  TokenIndex seen;
   seen.reset(d.tokens.size());
   for (size_t i = 0; i < d.tokens.size(); ++i) {
     MINFER_CHECK(!d.tokens[i].empty(), "{}: token {} has empty text", d.source, i);

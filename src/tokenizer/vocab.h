@@ -17,6 +17,8 @@ class GgufFile;
 
 namespace minfer::tok {
 
+class TokenIndex;
+
 /// Token types, with the integer values stored in GGUF `tokenizer.ggml.token_type`
 /// (llama.cpp's llama_token_type / gguf-py TokenType).
 enum class TokenType : int32_t {
@@ -94,5 +96,10 @@ VocabData vocab_from_tokenizer_json(const std::string& path);
 /// duplicate token text, special ids in range, merges name existing tokens, all 256 byte tokens
 /// present). Throws minfer::Error naming `data.source`, the token id / merge rank and the value.
 void validate_vocab(const VocabData& data);
+
+/// The same checks, in the same order and with the same errors, leaving in `index` the text ->
+/// id index of every token of data.tokens that the duplicate check builds (the Tokenizer keeps
+/// it instead of building it a second time). `index` holds unspecified contents after a throw.
+void validate_vocab(const VocabData& data, TokenIndex& index);
 
 }  // namespace minfer::tok
