@@ -115,6 +115,26 @@ TEST(CliLimits, bench_with_a_bad_model_in_the_list_fails_before_running_anything
   EXPECT_EQ(lines(r.out), 1u) << r.out;
 }
 
+TEST(CliLimits, a_bad_vocabulary_is_a_one_line_error_of_the_commands_that_load_the_model) {
+  // The tokenizer is built on its own thread while the weights are packed: its error must still
+  // be the one line, before anything is logged or run.
+  const std::filesystem::path dir = test::temp_dir();
+  (void)test::write_tokenized_model(test::SynthSpec{}, dir, 300);  // writes dir/tokenizer.json
+  test::SynthSpec spec;
+  spec.extra_metadata = [json = (dir / "tokenizer.json").string()](gguf::GgufWriter& w) {
+    convert::add_vocab_metadata(w, json, 300);
+    w.set_string("tokenizer.ggml.pre", "bogus");
+  };
+  const std::string bad = test::write_synth_model(spec, dir).string();
+  const std::string message = bad + ": unknown pre-tokenizer tokenizer.ggml.pre = 'bogus'";
+  expect_one_line_error("run -m " + bad + " -p hi -n 2 -t 1", message);
+  const std::filesystem::path text = dir / "text.txt";
+  sh("printf 'some words to score\\n' > " + text.string());
+  expect_one_line_error("perplexity -m " + bad + " -f " + text.string() + " -t 1", message);
+  expect_one_line_error("bench -m " + bad + " -p 8 -n 2 -r 1 -t 1", message);
+  expect_one_line_error("tokenize -m " + bad + " hi", message);
+}
+
 TEST(CliLimits, bench_pg_takes_a_pair_and_reports_it) {
   const Result r = sh(test::minfer_bin() + " bench -m " + model() + " -p 0 -n 0 -pg 8,2 -pg 4,1 -r 1 -t 1");
   ASSERT_EQ(r.status, 0) << r.out;

@@ -4,7 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <string>
+#include <thread>
+#include <vector>
 
+#include "convert/synth_vocab.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "gguf_test_util.h"
@@ -18,11 +22,84 @@ namespace minfer {
 namespace {
 
 TEST(ModelChecks, fewer_embedding_rows_than_tokens_is_a_load_error_naming_both_counts) {
+  // The tokenizer is built on its own thread: its errors come from tokenizer(), not load().
   test::SynthSpec spec;
   spec.n_vocab = 512;
   const auto path = test::write_tokenized_model(spec, test::temp_dir(), 600);
-  const std::string err = test::error_of([&] { (void)Model::load(path.string()); });
+  const std::string err = test::error_of([&] { (void)Model::load(path.string())->tokenizer(); });
   EXPECT_CONTAINS(err, path.string() + ": tensor token_embd.weight has 512 rows, fewer than the 600 tokens");
+}
+
+/// A model of 300 tokens whose tokenizer.ggml.pre names no known pre-tokenizer, in `dir`.
+std::filesystem::path write_bad_vocab_model(const std::filesystem::path& dir) {
+  (void)test::write_tokenized_model(test::SynthSpec{}, dir, 300);  // writes dir/tokenizer.json
+  test::SynthSpec spec;
+  spec.extra_metadata = [json = (dir / "tokenizer.json").string()](gguf::GgufWriter& w) {
+    convert::add_vocab_metadata(w, json, 300);
+    w.set_string("tokenizer.ggml.pre", "bogus");
+  };
+  return test::write_synth_model(spec, dir);
+}
+
+TEST(ModelChecks, a_tokenizer_build_error_is_thrown_by_every_tokenizer_call) {
+  const auto path = write_bad_vocab_model(test::temp_dir());
+  // The same one-line error as building the vocabulary directly.
+  const std::string direct =
+      test::error_of([&] { (void)tok::vocab_from_gguf(*gguf::GgufFile::open(path.string())); });
+  EXPECT_CONTAINS(direct, path.string() + ": unknown pre-tokenizer tokenizer.ggml.pre = 'bogus'");
+  ASSERT_FALSE(direct.empty());
+  std::shared_ptr<Model> model;
+  ASSERT_NO_THROW(model = Model::load(path.string()));
+  EXPECT_TRUE(model->has_tokenizer());
+  for (int call = 0; call < 3; ++call) EXPECT_EQ(test::error_of([&] { (void)model->tokenizer(); }), direct) << call;
+  // From several threads at once too: each gets the stored error, none a std::future_error.
+  const std::shared_ptr<Model> fresh = Model::load(path.string());
+  std::vector<std::string> errors(8);
+  std::vector<std::thread> threads;
+  for (std::string& e : errors)
+    threads.emplace_back([&] {
+      try {
+        (void)fresh->tokenizer();
+        e = "no error";
+      } catch (const Error& err) {
+        e = err.what();
+      } catch (const std::exception& err) {
+        e = std::string("another exception: ") + err.what();
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  for (const std::string& e : errors) EXPECT_EQ(e, direct);
+}
+
+TEST(ModelChecks, concurrent_tokenizer_calls_return_one_tokenizer) {
+  const auto path = test::write_tokenized_model(test::SynthSpec{}, test::temp_dir(), 300);
+  for (int round = 0; round < 4; ++round) {
+    const std::shared_ptr<Model> model = Model::load(path.string());
+    ASSERT_TRUE(model->has_tokenizer());
+    std::vector<const tok::Tokenizer*> got(8, nullptr);
+    std::vector<std::thread> threads;
+    for (const tok::Tokenizer*& g : got) threads.emplace_back([&] { g = model->tokenizer(); });
+    for (std::thread& t : threads) t.join();
+    ASSERT_NE(got[0], nullptr);
+    for (const tok::Tokenizer* g : got) EXPECT_EQ(g, got[0]);
+    EXPECT_EQ(model->tokenizer(), got[0]);
+    EXPECT_EQ(got[0]->n_vocab(), 300);
+  }
+}
+
+TEST(ModelChecks, a_model_without_tokenizer_metadata_has_no_tokenizer) {
+  const auto path = test::write_synth_model(test::SynthSpec{}, test::temp_dir());
+  const auto model = Model::load(path.string());
+  EXPECT_FALSE(model->has_tokenizer());
+  EXPECT_EQ(model->tokenizer(), nullptr);
+  EXPECT_EQ(model->tokenizer(), nullptr);
+}
+
+TEST(ModelChecks, a_model_dropped_while_its_tokenizer_builds_waits_for_the_build) {
+  // The build reads the model's file; destroying the model right after load() must wait for it
+  // (a sanitizer build reports a use after free otherwise).
+  const auto path = test::write_tokenized_model(test::SynthSpec{}, test::temp_dir(), 300);
+  for (int i = 0; i < 8; ++i) EXPECT_NO_THROW((void)Model::load(path.string()));
 }
 
 TEST(ModelChecks, padded_embedding_rows_are_never_sampled) {

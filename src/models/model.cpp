@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <cmath>
+#include <system_error>
 
 #include "core/error.h"
 #include "quant/quant.h"
@@ -19,7 +21,11 @@ std::string shape_str(const graph::Shape& ne, int n_dims) {
 
 }  // namespace
 
-Model::~Model() = default;
+Model::~Model() {
+  // A build on its thread may still read file_; a deferred one (no thread could start) never ran.
+  if (tokenizer_build_.valid() && tokenizer_build_.wait_for(std::chrono::seconds(0)) != std::future_status::deferred)
+    tokenizer_build_.wait();
+}
 
 std::shared_ptr<Model> Model::load(const std::string& path) { return from_file(gguf::GgufFile::open(path)); }
 
@@ -29,15 +35,43 @@ std::shared_ptr<Model> Model::from_file(std::unique_ptr<gguf::GgufFile> file) {
   m->index_weights();
   m->read_hparams();
   m->check_tensors();
-  if (m->file_->find("tokenizer.ggml.tokens") != nullptr) {
-    m->tokenizer_ = std::make_unique<tok::Tokenizer>(tok::vocab_from_gguf(*m->file_));
+  m->start_tokenizer();  // last: nothing after it throws, so a started build always has a Model to wait
+  return m;
+}
+
+void Model::start_tokenizer() {
+  has_tokenizer_ = file_->find("tokenizer.ggml.tokens") != nullptr;
+  if (!has_tokenizer_) return;
+  // The build reads only the file's metadata, through its const getters: GgufFile has no
+  // caches or other state that a read changes, so it is safe beside the caller's use of the
+  // model (the weights' bytes, the metadata).
+  auto build = [file = file_.get(), n_rows = hp_.n_vocab] {
+    auto t = std::make_unique<tok::Tokenizer>(tok::vocab_from_gguf(*file));
     // Every token id must have an embedding row. More rows than tokens (a vocabulary padded
     // for alignment) is fine: generation samples only the tokenizer's ids.
-    if (m->tokenizer_->n_vocab() > m->hp_.n_vocab)
+    if (t->n_vocab() > n_rows)
       fail("{}: tensor token_embd.weight has {} rows, fewer than the {} tokens of tokenizer.ggml.tokens",
-           m->file_->path(), m->hp_.n_vocab, m->tokenizer_->n_vocab());
+           file->path(), n_rows, t->n_vocab());
+    return t;
+  };
+  try {
+    tokenizer_build_ = std::async(std::launch::async, build);
+  } catch (const std::system_error&) {
+    tokenizer_build_ = std::async(std::launch::deferred, build);  // no thread: built by tokenizer()
   }
-  return m;
+}
+
+const tok::Tokenizer* Model::tokenizer() const {
+  std::call_once(tokenizer_once_, [this] {
+    if (!tokenizer_build_.valid()) return;  // no tokenizer metadata
+    try {
+      tokenizer_ = tokenizer_build_.get();
+    } catch (...) {
+      tokenizer_error_ = std::current_exception();
+    }
+  });
+  if (tokenizer_error_) std::rethrow_exception(tokenizer_error_);
+  return tokenizer_.get();
 }
 
 void Model::index_weights() {

@@ -4,8 +4,11 @@
 // them all.
 #pragma once
 
+#include <exception>
+#include <future>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -58,15 +61,22 @@ class Model {
  public:
   /// Loads `path`: parses the GGUF, reads the hyper-parameters, checks every tensor the
   /// architecture needs exists with the expected shape and a supported type and that the file
-  /// holds no other tensor, and builds the tokenizer when the file has one. Throws minfer::Error
+  /// holds no other tensor, and, when the file has tokenizer metadata, starts building the
+  /// tokenizer on a thread of its own (tokenizer() waits for it), so that the caller's next
+  /// steps (e.g. an Engine packing or uploading the weights) overlap it. Throws minfer::Error
   /// naming the file and the tensor / key (unsupported architecture, missing tensor, wrong
-  /// shape, unsupported type, tensors not used: e.g. blk.N beyond block_count).
+  /// shape, unsupported type, tensors not used: e.g. blk.N beyond block_count). Errors of the
+  /// tokenizer build (a bad vocabulary, fewer embedding rows than tokens) are thrown by
+  /// tokenizer(), not here: a caller that must refuse such a file early calls tokenizer().
   static std::shared_ptr<Model> load(const std::string& path);
 
-  /// Builds a model over an already-opened file (tests).
+  /// Builds a model over an already-opened file (tests), as load() does.
   static std::shared_ptr<Model> from_file(std::unique_ptr<gguf::GgufFile> file);
 
+  /// Waits for the tokenizer build, if it is still running (it reads the file).
   ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
 
   const HParams& hparams() const { return hp_; }
   const gguf::GgufFile& file() const { return *file_; }
@@ -80,8 +90,16 @@ class Model {
   /// The output projection: output.weight, or token_embd.weight when tied.
   const graph::WeightTensor& output_weight() const;
 
-  /// The tokenizer, or nullptr when the file has no tokenizer metadata.
-  const tok::Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  /// The tokenizer, or nullptr when the file has no tokenizer metadata (tokenizer.ggml.tokens).
+  /// The first call waits for the build load() started. When the build failed, every call
+  /// throws its error (a minfer::Error naming the file, as tok::vocab_from_gguf and the
+  /// Tokenizer constructor word it, or "<file>: tensor token_embd.weight has N rows, fewer than
+  /// the M tokens of tokenizer.ggml.tokens"). Thread-safe.
+  const tok::Tokenizer* tokenizer() const;
+
+  /// Whether the file has tokenizer metadata, i.e. whether tokenizer() returns a tokenizer
+  /// (or throws its build's error) rather than nullptr. Never waits.
+  bool has_tokenizer() const { return has_tokenizer_; }
 
   /// Total bytes of tensor data.
   uint64_t weight_bytes() const;
@@ -105,11 +123,22 @@ class Model {
   /// an unknown kind. Such a file would otherwise run with some of its weights ignored.
   void check_all_used(const std::vector<bool>& used) const;
 
+  /// Starts building the tokenizer from file_ (when it has tokenizer metadata) on its own
+  /// thread; tokenizer() collects the result.
+  void start_tokenizer();
+
+  // file_ is declared first so that it is destroyed last: the tokenizer build reads it until
+  // tokenizer_build_ is ready (the destructor also waits for it explicitly).
   std::unique_ptr<gguf::GgufFile> file_;
   HParams hp_;
   std::vector<graph::WeightTensor> weights_;
   std::map<std::string, size_t, std::less<>> by_name_;
-  std::unique_ptr<tok::Tokenizer> tokenizer_;
+  bool has_tokenizer_ = false;
+  /// The running build (valid until tokenizer() first collects it, or none without metadata).
+  mutable std::future<std::unique_ptr<tok::Tokenizer>> tokenizer_build_;
+  mutable std::once_flag tokenizer_once_;           ///< tokenizer() collects the build once
+  mutable std::unique_ptr<tok::Tokenizer> tokenizer_;  ///< set by that collection
+  mutable std::exception_ptr tokenizer_error_;         ///< or the build's error, thrown by every call
 };
 
 /// Human size class of a model from its parameter count, e.g. "0.5B", "7B" (llama-bench style).

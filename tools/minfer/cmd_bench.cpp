@@ -503,6 +503,7 @@ void bench(const BenchArgs& args) {
   for (size_t mi = 0; mi < model_paths.size(); ++mi) {
     const std::string& path = model_paths[mi];
     auto model = Model::load(path);
+    (void)model->tokenizer();  // a bad vocabulary is refused before any row runs, as before
     const HParams& h = model->hparams();
     for (Config c : configs) {
       c.device = row_device(c, layer_counts[mi], path);

@@ -237,8 +237,12 @@ LoadedModel load_model(const ModelArgs& args) {
   const Model& m = *lm.model;
   args.place(cfg, m.hparams().n_layer);
   apply_flash_attn(parse_flash_attn(args.flash_attn));
-  if (m.tokenizer() == nullptr) fail("{}: the file has no tokenizer (tokenizer.ggml.* metadata)", args.model);
+  if (!m.has_tokenizer()) fail("{}: the file has no tokenizer (tokenizer.ggml.* metadata)", args.model);
+  // The tokenizer is being built on its own thread (Model::load): the weights are packed or
+  // uploaded meanwhile, and a bad vocabulary is reported once that is done, before anything is
+  // logged or run.
   lm.engine = std::make_unique<Engine>(lm.model, cfg);
+  (void)m.tokenizer();
   const HParams& h = m.hparams();
   log_info("loaded {} ({} {}, {} params, {:.1f} MiB) on {}, context {}, KV {}",
            printable(h.name.empty() ? args.model : h.name), printable(h.arch_name), size_class(m.n_params()),
