@@ -231,12 +231,22 @@ TEST(TokenizerFixture, GgufVocabErrorsNameTheKeyAndValue) {
     edit(w);
     const auto path = (dir / name).string();
     w.write(path);
+    const auto file = gguf::GgufFile::open(path);
+    std::string error = "(no error)";
     try {
-      vocab_from_gguf(*gguf::GgufFile::open(path));
+      vocab_from_gguf(*file);
     } catch (const Error& e) {
-      return std::string(e.what());
+      error = e.what();
     }
-    return std::string("(no error)");
+    // The unvalidated data handed to the Tokenizer (the Model's path) fails the same way.
+    std::string via_tokenizer = "(no error)";
+    try {
+      Tokenizer t(vocab_from_gguf_unvalidated(*file));
+    } catch (const Error& e) {
+      via_tokenizer = e.what();
+    }
+    EXPECT_EQ(via_tokenizer, error) << name;
+    return error;
   };
   std::string msg = rewrite("pre.gguf", [](gguf::GgufWriter& w) { w.set_string("tokenizer.ggml.pre", "gpt-4o"); });
   EXPECT_NE(msg.find("unknown pre-tokenizer tokenizer.ggml.pre = 'gpt-4o'"), std::string::npos) << msg;
@@ -250,6 +260,13 @@ TEST(TokenizerFixture, GgufVocabErrorsNameTheKeyAndValue) {
   EXPECT_NE(msg.find("tokenizer.ggml.merges"), std::string::npos) << msg;
   msg = rewrite("types.gguf", [](gguf::GgufWriter& w) { w.set_i32_array("tokenizer.ggml.token_type", std::vector<int32_t>{1, 1}); });
   EXPECT_NE(msg.find("token_type has 2 entries for 151936 tokens"), std::string::npos) << msg;
+  msg = rewrite("duplicate.gguf", [&](gguf::GgufWriter& w) {
+    const auto tokens = src->get_string_array("tokenizer.ggml.tokens");
+    std::vector<std::string_view> copy(tokens->begin(), tokens->end());
+    copy[1000] = copy[999];
+    w.set_string_array("tokenizer.ggml.tokens", copy);
+  });
+  EXPECT_NE(msg.find("tokens 999 and 1000 have the same text"), std::string::npos) << msg;
 }
 
 }  // namespace

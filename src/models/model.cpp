@@ -46,7 +46,8 @@ void Model::start_tokenizer() {
   // caches or other state that a read changes, so it is safe beside the caller's use of the
   // model (the weights' bytes, the metadata).
   auto build = [file = file_.get(), n_rows = hp_.n_vocab] {
-    auto t = std::make_unique<tok::Tokenizer>(tok::vocab_from_gguf(*file));
+    // The Tokenizer constructor validates the data (the checks vocab_from_gguf would run again).
+    auto t = std::make_unique<tok::Tokenizer>(tok::vocab_from_gguf_unvalidated(*file));
     // Every token id must have an embedding row. More rows than tokens (a vocabulary padded
     // for alignment) is fine: generation samples only the tokenizer's ids.
     if (t->n_vocab() > n_rows)

@@ -84,6 +84,11 @@ inline bool is_spm(const VocabData& d) { return d.model == "llama"; }
 /// pre-tokenizer name.
 VocabData vocab_from_gguf(const gguf::GgufFile& file);
 
+/// vocab_from_gguf without its last step, the validate_vocab call: for a caller that hands the
+/// data straight to the Tokenizer constructor, which validates it (the same checks, so the same
+/// errors), and so skips checking 150k tokens twice.
+VocabData vocab_from_gguf_unvalidated(const gguf::GgufFile& file);
+
 /// Reads a Hugging Face tokenizer.json (model.type "BPE" with byte-level pre-tokenization):
 /// model.vocab, model.merges (either "a b" strings or ["a", "b"] pairs), added_tokens (special
 /// -> Control, otherwise UserDefined; lstrip/rstrip honoured). The pre-tokenizer is identified

@@ -50,7 +50,7 @@ void read_spm_keys(const gguf::GgufFile& f, VocabData& d) {
 
 }  // namespace
 
-VocabData vocab_from_gguf(const gguf::GgufFile& f) {
+VocabData vocab_from_gguf_unvalidated(const gguf::GgufFile& f) {
   VocabData d;
   d.source = f.path();
   d.model = std::string(f.require_string("tokenizer.ggml.model"));
@@ -101,6 +101,11 @@ VocabData vocab_from_gguf(const gguf::GgufFile& f) {
   d.add_bos = f.get_bool("tokenizer.ggml.add_bos_token").value_or(bos_default);
   d.add_eos = f.get_bool("tokenizer.ggml.add_eos_token").value_or(false);
   d.chat_template = std::string(f.get_string("tokenizer.chat_template").value_or(""));
+  return d;
+}
+
+VocabData vocab_from_gguf(const gguf::GgufFile& f) {
+  VocabData d = vocab_from_gguf_unvalidated(f);
   validate_vocab(d);
   return d;
 }
