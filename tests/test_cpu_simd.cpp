@@ -187,8 +187,10 @@ void check_tile(const CpuKernels& kk, TensorType t, int64_t k, int64_t nr, int64
     }
 }
 
+// {150, 3}: more rows than one 16 KiB block of the row-at-a-time paths at the middle row lengths
+// (e.g. 68 rows of Q8_0 k = 224), so blocks end inside the tile.
 TEST(CpuSimdGemm, gemm_tile_is_bit_identical_to_reference_for_awkward_tile_shapes) {
-  const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 1}, {5, 2}, {7, 3}, {17, 5}, {33, 17}, {9, 33}, {20, 40}};
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 1}, {5, 2}, {7, 3}, {17, 5}, {33, 17}, {9, 33}, {20, 40}, {150, 3}};
   for (SimdLevel lv : levels()) {
     const CpuKernels& kk = cpu::simd::cpu_kernels(lv);
     for (TensorType t : cpu::simd::kKernelTypes) {

@@ -19,6 +19,15 @@ float legacy_vec_dot(int64_t k, const void* w, const void* a) {
   return legacy_dot_row<K>(nb, w, make_act_row(a, nb, kQ8_1));
 }
 
+/// Weight bytes of one block of rows that the row-at-a-time paths run against every token
+/// before moving on (L1-sized: each weight row is read from memory once per call, not once per
+/// token). Each output is the same dot product either way, so the order changes no bit.
+constexpr size_t kRowBlockBytes = size_t{16} << 10;
+
+inline int64_t row_block(size_t w_row_bytes) {
+  return std::max<int64_t>(1, static_cast<int64_t>(kRowBlockBytes / std::max<size_t>(w_row_bytes, 1)));
+}
+
 template <TensorType T, class K, bool kQ8_1>
 void legacy_gemm_rows(int64_t k, const void* w, size_t w_row_bytes, int64_t nr, const void* a,
                       size_t a_row_bytes, int64_t nc, float* out, int64_t out_stride) {
@@ -26,10 +35,24 @@ void legacy_gemm_rows(int64_t k, const void* w, size_t w_row_bytes, int64_t nr, 
   if (nr == 0 || nc == 0) return;
   const auto* wb = static_cast<const uint8_t*>(w);
   const auto* ab = static_cast<const uint8_t*>(a);
-  for (int64_t t = 0; t < nc; ++t) {
-    const ActRow row = make_act_row(ab + static_cast<size_t>(t) * a_row_bytes, nb, kQ8_1);
-    for (int64_t j = 0; j < nr; ++j)
-      out[j + t * out_stride] = legacy_dot_row<K>(nb, wb + static_cast<size_t>(j) * w_row_bytes, row);
+  if (nc == 1) {
+    const ActRow row = make_act_row(ab, nb, kQ8_1);
+    for (int64_t j = 0; j < nr; ++j) out[j] = legacy_dot_row<K>(nb, wb + static_cast<size_t>(j) * w_row_bytes, row);
+    return;
+  }
+  // Every token's ActRow prepared once (the ActRow array, then each row's data), then blocks of
+  // weight rows against all tokens.
+  const size_t per = act_row_bytes(nb), head = (static_cast<size_t>(nc) * sizeof(ActRow) + 63) / 64 * 64;
+  auto* mem = static_cast<uint8_t*>(scratch(ScratchSlot::kActRows, head + static_cast<size_t>(nc) * per));
+  auto* rows = reinterpret_cast<ActRow*>(mem);
+  for (int64_t t = 0; t < nc; ++t)
+    rows[t] = make_act_row_at(ab + static_cast<size_t>(t) * a_row_bytes, nb, kQ8_1, mem + head + static_cast<size_t>(t) * per);
+  const int64_t block = row_block(w_row_bytes);
+  for (int64_t j0 = 0; j0 < nr; j0 += block) {
+    const int64_t j1 = std::min(nr, j0 + block);
+    for (int64_t t = 0; t < nc; ++t)
+      for (int64_t j = j0; j < j1; ++j)
+        out[j + t * out_stride] = legacy_dot_row<K>(nb, wb + static_cast<size_t>(j) * w_row_bytes, rows[t]);
   }
 }
 
@@ -46,10 +69,14 @@ void pairs_gemm_rows(int64_t k, const void* w, size_t w_row_bytes, int64_t nr, c
   if (nr == 0 || nc == 0) return;
   const auto* wb = static_cast<const uint8_t*>(w);
   const auto* ab = static_cast<const uint8_t*>(a);
-  for (int64_t t = 0; t < nc; ++t)
-    for (int64_t j = 0; j < nr; ++j)
-      out[j + t * out_stride] = Dot(nb, wb + static_cast<size_t>(j) * w_row_bytes,
-                                    ab + static_cast<size_t>(t) * a_row_bytes);
+  const int64_t block = row_block(w_row_bytes);
+  for (int64_t j0 = 0; j0 < nr; j0 += block) {
+    const int64_t j1 = std::min(nr, j0 + block);
+    for (int64_t t = 0; t < nc; ++t)
+      for (int64_t j = j0; j < j1; ++j)
+        out[j + t * out_stride] = Dot(nb, wb + static_cast<size_t>(j) * w_row_bytes,
+                                      ab + static_cast<size_t>(t) * a_row_bytes);
+  }
 }
 
 float f32_row(int64_t n, const void* w, const void* a) { return dot_row_f32(n, w, a); }

@@ -11,7 +11,7 @@
 namespace minfer::cpu::simd {
 
 /// The buffers, one per use; a kernel owns its slot while it runs.
-enum class ScratchSlot { kActRow, kActPack, kPanel, kPackedActData, kPackedActs, kLanes, kRows, kCount };
+enum class ScratchSlot { kActRow, kActRows, kActPack, kPanel, kPackedActData, kPackedActs, kLanes, kRows, kCount };
 
 /// A 64-byte aligned buffer of at least `bytes` bytes, private to the calling thread and slot.
 /// Valid until the next call for the same slot on the same thread (which may move it); contents

@@ -42,11 +42,16 @@ struct ActRow {
   }
 };
 
-/// Builds the ActRow of the activation row `a` of nb blocks (Q8_1 when `q8_1`) in the thread's
-/// ScratchSlot::kActRow buffer (valid until the next make_act_row on this thread).
-inline ActRow make_act_row(const void* a, int64_t nb, bool q8_1) {
+/// Bytes of the prepared data of one ActRow of nb blocks (a multiple of 64).
+inline size_t act_row_bytes(int64_t nb) {
   const size_t padded = static_cast<size_t>((nb + 7) / 8 * 8);
-  auto* mem = static_cast<uint8_t*>(scratch(ScratchSlot::kActRow, padded * (4 + 4 + kQK)));
+  return (padded * (4 + 4 + kQK) + 63) / 64 * 64;
+}
+
+/// Builds the ActRow of the activation row `a` of nb blocks (Q8_1 when `q8_1`) in `mem`
+/// (act_row_bytes(nb) bytes, 64-byte aligned; valid as long as `mem` is).
+inline ActRow make_act_row_at(const void* a, int64_t nb, bool q8_1, uint8_t* mem) {
+  const size_t padded = static_cast<size_t>((nb + 7) / 8 * 8);
   auto* asum = reinterpret_cast<int32_t*>(mem);
   auto* da = reinterpret_cast<float*>(mem + padded * 4);
   auto* pairs = reinterpret_cast<int8_t*>(mem + padded * 8);
@@ -71,6 +76,12 @@ inline ActRow make_act_row(const void* a, int64_t nb, bool q8_1) {
   r.da = da;
   r.pairs = pairs;
   return r;
+}
+
+/// make_act_row_at in the thread's ScratchSlot::kActRow buffer (valid until the next
+/// make_act_row on this thread).
+inline ActRow make_act_row(const void* a, int64_t nb, bool q8_1) {
+  return make_act_row_at(a, nb, q8_1, static_cast<uint8_t*>(scratch(ScratchSlot::kActRow, act_row_bytes(nb))));
 }
 
 /// Low / high nibbles of 16 packed bytes as 32 bytes in element order (elements j and j + 16
