@@ -66,6 +66,29 @@ TEST(CliKv, RunPromptCacheReusesThePrefixAndARefusedFileIsOneWarningAndRewritten
   EXPECT_TRUE(test::write_temporaries(dir).empty());
 }
 
+// A cache or session file that cannot be written (its folder does not exist, the path is a
+// folder) is one warning line per save; the run and the chat go on and generate.
+TEST(CliKv, ASaveThatFailsIsOneWarningAndTheRunGoesOn) {
+  const auto dir = test::temp_dir();
+  const std::string missing = (dir / "no-such-folder" / "pc.bin").string();
+  Result r = test::run_shell(base("run") + "-n 4 -p 'def fibonacci(n):' --prompt-cache " + missing);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(count(r.out, "warning: prompt cache not saved: " + missing), 1u) << r.out;
+  EXPECT_EQ(count(r.out, "generated 4 tokens"), 1u) << r.out;
+  std::filesystem::create_directory(dir / "a-folder");
+  const std::string folder = (dir / "a-folder").string();
+  r = test::run_shell(base("run") + "-n 4 -p 'def fibonacci(n):' --prompt-cache " + folder);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(count(r.out, "warning: prompt cache ignored: " + folder), 1u) << r.out;
+  EXPECT_EQ(count(r.out, "warning: prompt cache not saved: " + folder), 1u) << r.out;
+  EXPECT_EQ(count(r.out, "generated 4 tokens"), 1u) << r.out;
+  EXPECT_TRUE(std::filesystem::is_directory(folder));
+  r = test::run_shell("printf 'hello\nwrite a sort function\n' | " + base("chat") + "-n 4 --session " + missing);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(count(r.out, "warning: session not saved: " + missing), 2u) << r.out;
+  EXPECT_EQ(count(r.out, "generated 4 tokens"), 2u) << r.out;
+}
+
 TEST(CliKv, ChatSessionRestoresTheConversationAndARefusedFileIsExit1) {
   const auto dir = test::temp_dir();
   const std::string s = (dir / "chat.session").string();

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "core/error.h"
@@ -389,6 +390,31 @@ TEST(SessionFile, ARestoreRefusesAFolderAFifoAndAnEmptyFileInOneLineWithoutWaiti
     }
   }
   EXPECT_EQ(e.kv().n_used(), 0);
+}
+
+// A session path that is a symbolic link: the file it names is replaced and the link stays a
+// link (core/atomic_file.h), also through a chain of two links and for a link whose target does
+// not exist yet.
+TEST(SessionFile, ASaveThroughASymbolicLinkKeepsTheLink) {
+  const auto dir = test::temp_dir();
+  auto model = tiny(micro_spec(), dir);
+  Engine e(model, cpu_config(TensorType::F16, 16));
+  e.decode(std::vector<int32_t>{1, 2, 3});
+  std::filesystem::create_directory(dir / "elsewhere");
+  std::filesystem::create_symlink("elsewhere/real.session", dir / "mid.session");  // dangling at first
+  std::filesystem::create_symlink(dir / "mid.session", dir / "link.session");
+  const std::string link = (dir / "link.session").string();
+  e.save_sequence_file(link, 0, std::vector<int32_t>{1, 2, 3});
+  EXPECT_TRUE(std::filesystem::is_symlink(dir / "link.session"));
+  EXPECT_TRUE(std::filesystem::is_symlink(dir / "mid.session"));
+  EXPECT_EQ(test::read_bytes((dir / "elsewhere" / "real.session").string()), e.save_sequence(0, std::vector<int32_t>{1, 2, 3}));
+  e.decode(std::vector<int32_t>{4});
+  e.save_sequence_file(link, 0, std::vector<int32_t>{1, 2, 3, 4});  // replaces the target again
+  EXPECT_TRUE(std::filesystem::is_symlink(dir / "link.session"));
+  Engine b(model, cpu_config(TensorType::F16, 16));
+  EXPECT_EQ(b.restore_sequence_file(link, 0).tokens, (std::vector<int32_t>{1, 2, 3, 4}));
+  EXPECT_TRUE(test::write_temporaries(dir).empty());
+  EXPECT_TRUE(test::write_temporaries(dir / "elsewhere").empty());
 }
 
 TEST(SessionFile, AFailedWriteKeepsThePreviousFile) {

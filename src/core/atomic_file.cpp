@@ -7,26 +7,47 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "core/error.h"
 
 namespace minfer {
 
+namespace {
+
+/// `path` with its symbolic links followed to the file they name (which may not exist yet), so
+/// that the rename replaces that file and the links stay links. At most 40 links (the kernel's
+/// MAXSYMLINKS); a longer chain (or a loop) is left to the rename, which then replaces the link.
+std::string follow_links(const std::string& path) {
+  std::filesystem::path p = path;
+  for (int i = 0; i < 40; ++i) {
+    std::error_code ec;
+    if (!std::filesystem::is_symlink(std::filesystem::symlink_status(p, ec)) || ec) return p.string();
+    const std::filesystem::path t = std::filesystem::read_symlink(p, ec);
+    if (ec) return p.string();
+    p = t.is_absolute() ? t : p.parent_path() / t;
+  }
+  return path;
+}
+
+}  // namespace
+
 AtomicFile::AtomicFile(std::string final_path) : final_(std::move(final_path)) {
   if (final_.empty()) fail("cannot write a file with an empty path");
+  target_ = follow_links(final_);
   struct stat st {};
-  if (::stat(final_.c_str(), &st) == 0) {
+  if (::stat(target_.c_str(), &st) == 0) {
     if (!S_ISREG(st.st_mode))
       fail("{}: exists and is not a regular file (a folder, device or pipe): not overwritten", final_);
     // Replaced by a rename, which only needs the folder writable: refuse what an open for
     // writing would refuse, and keep the file's permissions.
-    if (::access(final_.c_str(), W_OK) != 0)
+    if (::access(target_.c_str(), W_OK) != 0)
       fail("{}: exists and is not writable ({}): not overwritten", final_, std::strerror(errno));
     keep_mode_ = true;
     mode_ = st.st_mode & 07777;
   }
-  const size_t slash = final_.rfind('/');
-  const std::string dir = slash == std::string::npos ? std::string(".") : final_.substr(0, slash + 1);
+  const size_t slash = target_.rfind('/');
+  const std::string dir = slash == std::string::npos ? std::string(".") : target_.substr(0, slash + 1);
   std::string templ = (slash == std::string::npos ? std::string() : dir) + ".minfer-write-XXXXXX";
   const int fd = ::mkstemp(templ.data());
   if (fd < 0) fail("{}: cannot create a temporary file in {}: {}", final_, dir, std::strerror(errno));
@@ -90,7 +111,7 @@ void AtomicFile::commit() {
   const int rc = std::fclose(f_);
   f_ = nullptr;
   if (rc != 0) fail("{}: cannot close {}: {}", final_, tmp_, std::strerror(errno));
-  if (std::rename(tmp_.c_str(), final_.c_str()) != 0)
+  if (std::rename(tmp_.c_str(), target_.c_str()) != 0)
     fail("{}: cannot rename {} to it: {}", final_, tmp_, std::strerror(errno));
   committed_ = true;
   on_signal_.disarm();

@@ -19,7 +19,9 @@ namespace minfer {
 /// process while writing (core/signal_cleanup.h). The temporary file is created with mkstemp (a
 /// fresh name in the output's folder, O_EXCL: never an existing file, never through a symbolic
 /// link), so no other file (the input, a file that happens to be named OUT.tmp, a link target)
-/// is ever truncated or removed. An output that exists but is not a regular file (a folder, a
+/// is ever truncated or removed. An output that is a symbolic link is followed to the file it
+/// names: the temporary file goes beside that file and replaces it, and the link stays a link
+/// (as writing through the link would do). An output that exists but is not a regular file (a folder, a
 /// device, a FIFO) is refused before anything is written, and so is an existing output that is
 /// not writable; an existing output's permission bits are kept. Every failure (a full disk, a
 /// file-size limit, a failed rename) throws minfer::Error naming the output and the OS reason,
@@ -43,7 +45,8 @@ class AtomicFile {
   void commit();
 
  private:
-  std::string final_;
+  std::string final_;   ///< the output as named (messages)
+  std::string target_;  ///< final_ with its symbolic links followed: what the rename replaces
   bool keep_mode_ = false;  ///< the output existed: its permission bits are mode_
   mode_t mode_ = 0;
   std::string tmp_;

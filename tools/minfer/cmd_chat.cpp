@@ -15,6 +15,7 @@
 #include "chat_mode.h"
 #include "commands.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "core/read_file.h"
 #include "line_editor.h"
 #include "core/printable.h"
@@ -284,7 +285,15 @@ void run_chat(const ChatArgs& a) {
     std::fflush(stdout);
     msgs.push_back({"assistant", reply});
     say_shift();
-    if (!a.session_file.empty()) session.save(a.session_file);
+    if (!a.session_file.empty()) {
+      // A session that cannot be saved (an unwritable folder, a full disk) is one warning line per
+      // turn; the conversation goes on (the previous file, if any, is left as it was).
+      try {
+        session.save(a.session_file);
+      } catch (const Error& e) {
+        log_warn("session not saved: {}", e.what());
+      }
+    }
     std::fprintf(stderr,
                  "minfer: prompt %d new token%s (%d reused), %.1f t/s | generated %d token%s, %.1f t/s | stop: %s\n",
                  st.prompt_tokens, st.prompt_tokens == 1 ? "" : "s", st.reused_tokens, st.prefill_tps(),

@@ -59,6 +59,19 @@ void report_session_io(const char* verb, size_t tokens, const std::string& path,
                printable(path).c_str());
 }
 
+/// Saves the prompt cache and reports it; a save that fails (an unwritable folder, a path that is
+/// a folder or a device, a full disk) is one warning line and the run goes on, as a refused cache
+/// file is on the way in (the previous file, if any, is left as it was).
+void save_prompt_cache(const Session& session, const std::string& path) {
+  try {
+    const auto t0 = std::chrono::steady_clock::now();
+    session.save(path);
+    report_session_io("saved", session.tokens().size(), path, t0);
+  } catch (const Error& e) {
+    log_warn("prompt cache not saved: {}", e.what());
+  }
+}
+
 /// run -cnv / -i: llama-cli's conversation mode is `minfer chat`, with -p (or -f) as the first
 /// message when given.
 void run_conversation(const RunArgs& a) {
@@ -141,9 +154,7 @@ void run(const RunArgs& a) {
     if (!a.prompt_cache_ro)
       opt.after_prefill = [&] {
         if (session.tokens() == cached) return;  // the file holds this state already
-        const auto t0 = std::chrono::steady_clock::now();
-        session.save(a.prompt_cache);
-        report_session_io("saved", session.tokens().size(), a.prompt_cache, t0);
+        save_prompt_cache(session, a.prompt_cache);
       };
   }
   if (!a.no_display_prompt && !a.chat) {
@@ -160,11 +171,7 @@ void run(const RunArgs& a) {
   }, &st);
   std::fputc('\n', stdout);
   std::fflush(stdout);
-  if (!a.prompt_cache.empty() && a.prompt_cache_all && !a.prompt_cache_ro) {
-    const auto t0 = std::chrono::steady_clock::now();
-    session.save(a.prompt_cache);
-    report_session_io("saved", session.tokens().size(), a.prompt_cache, t0);
-  }
+  if (!a.prompt_cache.empty() && a.prompt_cache_all && !a.prompt_cache_ro) save_prompt_cache(session, a.prompt_cache);
   const std::string reused = st.reused_tokens > 0 ? fmt::format(" ({} reused)", st.reused_tokens) : std::string();
   std::fprintf(stderr,
                "minfer: prompt %d token%s%s, %.1f t/s | generated %d token%s, %.1f t/s | stop: %s\n",
