@@ -119,13 +119,7 @@ TEST(CliLimits, a_bad_vocabulary_is_a_one_line_error_of_the_commands_that_load_t
   // The tokenizer is built on its own thread while the weights are packed: its error must still
   // be the one line, before anything is logged or run.
   const std::filesystem::path dir = test::temp_dir();
-  (void)test::write_tokenized_model(test::SynthSpec{}, dir, 300);  // writes dir/tokenizer.json
-  test::SynthSpec spec;
-  spec.extra_metadata = [json = (dir / "tokenizer.json").string()](gguf::GgufWriter& w) {
-    convert::add_vocab_metadata(w, json, 300);
-    w.set_string("tokenizer.ggml.pre", "bogus");
-  };
-  const std::string bad = test::write_synth_model(spec, dir).string();
+  const std::string bad = test::write_bad_vocab_model(dir).string();
   const std::string message = bad + ": unknown pre-tokenizer tokenizer.ggml.pre = 'bogus'";
   expect_one_line_error("run -m " + bad + " -p hi -n 2 -t 1", message);
   const std::filesystem::path text = dir / "text.txt";

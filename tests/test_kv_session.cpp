@@ -343,7 +343,6 @@ TEST(SessionFormat, LargeRowsAreCheckedInParallelAndTheFirstDamageInFileOrderIsR
   const kv::SessionView v = kv::decode_session_view(good, "big", s.model, lim);
   ASSERT_EQ(v.rows.size(), s.rows.size());
   for (size_t l = 0; l < s.rows.size(); ++l) EXPECT_TRUE(std::equal(v.rows[l].begin(), v.rows[l].end(), s.rows[l].begin())) << l;
-  EXPECT_EQ(kv::decode_session(good, "big", s.model, lim).rows, s.rows);
   // Where layer l's rows begin in the file (after the head and l whole rows sections).
   const size_t head = kv::encode_session_head(s.model, s.kv_type, s.seqs).size();
   const size_t section = 24 + s.rows[0].size() + 8;

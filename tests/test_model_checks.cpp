@@ -8,7 +8,6 @@
 #include <thread>
 #include <vector>
 
-#include "convert/synth_vocab.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "gguf_test_util.h"
@@ -30,19 +29,8 @@ TEST(ModelChecks, fewer_embedding_rows_than_tokens_is_a_load_error_naming_both_c
   EXPECT_CONTAINS(err, path.string() + ": tensor token_embd.weight has 512 rows, fewer than the 600 tokens");
 }
 
-/// A model of 300 tokens whose tokenizer.ggml.pre names no known pre-tokenizer, in `dir`.
-std::filesystem::path write_bad_vocab_model(const std::filesystem::path& dir) {
-  (void)test::write_tokenized_model(test::SynthSpec{}, dir, 300);  // writes dir/tokenizer.json
-  test::SynthSpec spec;
-  spec.extra_metadata = [json = (dir / "tokenizer.json").string()](gguf::GgufWriter& w) {
-    convert::add_vocab_metadata(w, json, 300);
-    w.set_string("tokenizer.ggml.pre", "bogus");
-  };
-  return test::write_synth_model(spec, dir);
-}
-
 TEST(ModelChecks, a_tokenizer_build_error_is_thrown_by_every_tokenizer_call) {
-  const auto path = write_bad_vocab_model(test::temp_dir());
+  const auto path = test::write_bad_vocab_model(test::temp_dir());
   // The same one-line error as building the vocabulary directly.
   const std::string direct =
       test::error_of([&] { (void)tok::vocab_from_gguf(*gguf::GgufFile::open(path.string())); });

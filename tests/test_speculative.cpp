@@ -19,21 +19,17 @@
 #include "models/model.h"
 #include "synth_model.h"
 #include "test_util.h"
+#include "speculative_test_util.h"
 #include "tokenizer_test_util.h"
 
 namespace minfer {
 namespace {
 
-constexpr const char* kTarget = "models/minfer-demo-py-q8_0.gguf";
-constexpr const char* kDraft = "models/minfer-draft-py-q8_0.gguf";
-
-const char* const kCodePrompts[] = {
-    "import numpy as np\n\ndef normalize(x):\n",
-    "def fibonacci(n):\n",
-    "class Stack:\n    def __init__(self):\n",
-    "import os\nimport sys\n\ndef main():\n",
-    "def quicksort(arr):\n    if len(arr) <= 1:\n",
-};
+using test::fixed_draft;
+using test::greedy_tokens;
+using test::kCodePrompts;
+constexpr const char* kTarget = test::kSpecTarget;
+constexpr const char* kDraft = test::kSpecDraft;
 
 /// The demo target and its draft on the CPU, loaded once for the suite. One thread: ctest runs two
 /// tests at a time on the 2-core CI machine, and two-thread engines sharing the cores with another
@@ -65,29 +61,6 @@ class SpeculativeCpu : public ::testing::Test {
 
   static std::vector<int32_t> encode(const char* text) {
     return target_model_->tokenizer()->encode(text, /*add_special=*/true, /*parse_special=*/false);
-  }
-
-  /// Greedy generation of `n` tokens on `session` (the target), with `spec` or without.
-  static std::vector<int32_t> greedy(Session& session, const std::vector<int32_t>& prompt, int32_t n,
-                                     Speculator* spec, GenerateStats* st = nullptr) {
-    SamplerParams sp;
-    sp.temp = 0.0f;
-    Sampler sampler(sp);
-    GenerateOptions opt;
-    opt.max_tokens = n;
-    opt.stop_at_eog = false;
-    opt.speculator = spec;
-    GenerateStats local;
-    session.generate(prompt, sampler, opt, {}, st ? st : &local);
-    return session.generated();
-  }
-
-  static SpeculativeParams fixed(int32_t n_max) {
-    SpeculativeParams p;
-    p.n_max = n_max;
-    p.p_min = 0.0f;
-    p.adaptive = false;
-    return p;
   }
 
   static std::shared_ptr<const Model> target_model_, draft_model_;
@@ -129,12 +102,12 @@ TEST_F(SpeculativeCpu, GreedyDraftEqualsTargetGreedyForEveryDraftLength) {
   Session session(*target_, *target_model_->tokenizer());
   for (int pi = 0; pi < 1; ++pi) {
     const std::vector<int32_t> prompt = encode(kCodePrompts[pi]);
-    const std::vector<int32_t> want = greedy(session, prompt, 24, nullptr);
+    const std::vector<int32_t> want = greedy_tokens(session, prompt, 24, nullptr);
     ASSERT_EQ(want.size(), 24u);
     for (int32_t k = 1; k <= 16; ++k) {
-      Speculator spec(*draft_, draft_model_->tokenizer()->n_vocab(), fixed(k), SamplerParams{}, 0.5);
+      Speculator spec(*draft_, draft_model_->tokenizer()->n_vocab(), fixed_draft(k), SamplerParams{}, 0.5);
       GenerateStats st;
-      EXPECT_EQ(greedy(session, prompt, 24, &spec, &st), want) << "prompt " << pi << ", draft length " << k;
+      EXPECT_EQ(greedy_tokens(session, prompt, 24, &spec, &st), want) << "prompt " << pi << ", draft length " << k;
       EXPECT_GT(st.drafted, 0);
       EXPECT_LE(st.accepted, st.drafted);
       EXPECT_EQ(st.generated_tokens, 24);
@@ -149,22 +122,22 @@ TEST_F(SpeculativeCpu, GreedyDraftEqualsTargetGreedyForEveryDraftLength) {
 TEST_F(SpeculativeCpu, VerifyInPiecesKeepsGreedyIdentity) {
   Session session(*target_, *target_model_->tokenizer());
   const std::vector<int32_t> prompt = encode(kCodePrompts[3]);
-  const std::vector<int32_t> want = greedy(session, prompt, 32, nullptr);
+  const std::vector<int32_t> want = greedy_tokens(session, prompt, 32, nullptr);
   for (const int32_t k : {2, 7, 16}) {
-    SpeculativeParams p = fixed(k);
+    SpeculativeParams p = fixed_draft(k);
     p.verify_max = 3;
     Speculator spec(*draft_, draft_model_->tokenizer()->n_vocab(), p, SamplerParams{}, 0.5);
     GenerateStats st;
-    EXPECT_EQ(greedy(session, prompt, 32, &spec, &st), want) << "draft length " << k;
+    EXPECT_EQ(greedy_tokens(session, prompt, 32, &spec, &st), want) << "draft length " << k;
     EXPECT_GT(st.drafted, 0);
     EXPECT_EQ(static_cast<size_t>(target_->n_past()), session.tokens().size());
   }
-  SpeculativeParams p = fixed(6);
+  SpeculativeParams p = fixed_draft(6);
   p.lookup_n = 2;
   p.verify_max = 2;
   Speculator spec(p, SamplerParams{});
   GenerateStats st;
-  EXPECT_EQ(greedy(session, prompt, 32, &spec, &st), want) << "lookup";
+  EXPECT_EQ(greedy_tokens(session, prompt, 32, &spec, &st), want) << "lookup";
 }
 
 // Five code prompts x 128 tokens: draft length 2, the adaptive default, and lookup (fixed 4 and
@@ -175,23 +148,23 @@ TEST_F(SpeculativeCpu, GreedyDraftAndLookupEqualTargetGreedyOnFivePrompts) {
   int64_t drafted = 0, accepted = 0, lookup_drafted = 0;
   for (const char* text : kCodePrompts) {
     const std::vector<int32_t> prompt = encode(text);
-    const std::vector<int32_t> want = greedy(session, prompt, 128, nullptr);
+    const std::vector<int32_t> want = greedy_tokens(session, prompt, 128, nullptr);
     ASSERT_EQ(want.size(), 128u);
     for (const int32_t k : {2, 0}) {
-      SpeculativeParams p = k > 0 ? fixed(k) : SpeculativeParams{};
+      SpeculativeParams p = k > 0 ? fixed_draft(k) : SpeculativeParams{};
       Speculator spec(*draft_, draft_model_->tokenizer()->n_vocab(), p, SamplerParams{}, 0.5);
       GenerateStats st;
-      EXPECT_EQ(greedy(session, prompt, 128, &spec, &st), want) << text << "draft length " << k << " (0: adaptive)";
+      EXPECT_EQ(greedy_tokens(session, prompt, 128, &spec, &st), want) << text << "draft length " << k << " (0: adaptive)";
       drafted += st.drafted;
       accepted += st.accepted;
     }
     for (const bool adaptive : {false, true}) {
-      SpeculativeParams p = fixed(4);
+      SpeculativeParams p = fixed_draft(4);
       p.lookup_n = 2;
       p.adaptive = adaptive;
       Speculator spec(p, SamplerParams{});
       GenerateStats st;
-      EXPECT_EQ(greedy(session, prompt, 128, &spec, &st), want) << text << "lookup, adaptive " << adaptive;
+      EXPECT_EQ(greedy_tokens(session, prompt, 128, &spec, &st), want) << text << "lookup, adaptive " << adaptive;
       lookup_drafted += st.drafted;
     }
   }
@@ -212,12 +185,12 @@ TEST_F(SpeculativeCpu, ContextFillingDuringSpeculationEndsCleanly) {
   Engine draft(draft_model_, cfg);
   const std::vector<int32_t> prompt = encode(kCodePrompts[2]);
   Session plain(target, *target_model_->tokenizer());
-  const std::vector<int32_t> want = greedy(plain, prompt, -1, nullptr);
+  const std::vector<int32_t> want = greedy_tokens(plain, prompt, -1, nullptr);
   for (const int32_t k : {16, 5}) {
     Session session(target, *target_model_->tokenizer());
-    Speculator spec(draft, draft_model_->tokenizer()->n_vocab(), fixed(k), SamplerParams{}, 0.5);
+    Speculator spec(draft, draft_model_->tokenizer()->n_vocab(), fixed_draft(k), SamplerParams{}, 0.5);
     GenerateStats st;
-    const std::vector<int32_t> got = greedy(session, prompt, -1, &spec, &st);
+    const std::vector<int32_t> got = greedy_tokens(session, prompt, -1, &spec, &st);
     EXPECT_EQ(st.stop_reason, "context");
     EXPECT_EQ(got, want) << "draft length " << k;
     EXPECT_LT(target.n_past(), target.n_ctx());
@@ -226,9 +199,9 @@ TEST_F(SpeculativeCpu, ContextFillingDuringSpeculationEndsCleanly) {
   // With context shift: 100 tokens through a 48-cell context.
   Session session(target, *target_model_->tokenizer());
   session.set_context_shift(4);
-  Speculator spec(draft, draft_model_->tokenizer()->n_vocab(), fixed(16), SamplerParams{}, 0.5);
+  Speculator spec(draft, draft_model_->tokenizer()->n_vocab(), fixed_draft(16), SamplerParams{}, 0.5);
   GenerateStats st;
-  EXPECT_EQ(greedy(session, prompt, 100, &spec, &st).size(), 100u);
+  EXPECT_EQ(greedy_tokens(session, prompt, 100, &spec, &st).size(), 100u);
   EXPECT_EQ(st.stop_reason, "length");
   EXPECT_GT(session.shifts(), 0);
   EXPECT_EQ(static_cast<size_t>(target.n_past()), session.tokens().size());
@@ -247,7 +220,7 @@ TEST_F(SpeculativeCpu, SampledDraftEqualToTargetAcceptsEverything) {
   cfg.n_threads = 1;
   cfg.n_ctx = 512;
   Engine same(target_model_, cfg);
-  Speculator self(same, target_model_->tokenizer()->n_vocab(), fixed(4), sp, 1.0);
+  Speculator self(same, target_model_->tokenizer()->n_vocab(), fixed_draft(4), sp, 1.0);
   GenerateOptions opt;
   opt.max_tokens = 48;
   opt.stop_at_eog = false;

@@ -32,4 +32,17 @@ inline std::filesystem::path write_tokenized_model(SynthSpec spec, const std::fi
   return write_synth_model(spec, dir);
 }
 
+/// A model of 300 tokens, as write_tokenized_model writes, whose tokenizer.ggml.pre names no
+/// known pre-tokenizer ('bogus'): its tokenizer build fails with "<path>: unknown pre-tokenizer
+/// tokenizer.ggml.pre = 'bogus'". Writes `dir`/tokenizer.json and the model; returns its path.
+inline std::filesystem::path write_bad_vocab_model(const std::filesystem::path& dir) {
+  (void)write_tokenized_model(SynthSpec{}, dir, 300);  // writes dir/tokenizer.json
+  SynthSpec spec;
+  spec.extra_metadata = [json = (dir / "tokenizer.json").string()](gguf::GgufWriter& w) {
+    convert::add_vocab_metadata(w, json, 300);
+    w.set_string("tokenizer.ggml.pre", "bogus");
+  };
+  return write_synth_model(spec, dir);
+}
+
 }  // namespace minfer::test

@@ -532,18 +532,22 @@ kv::SessionSequence Engine::session_sequence(int32_t seq, std::span<const int32_
   return sq;
 }
 
+void Engine::read_layer_rows(int64_t layer, std::span<const int32_t> cells, uint8_t* dst) const {
+  kv_->read_rows(layer, 0, cells, dst);
+  kv_->read_rows(layer, 1, cells, dst + cells.size() * kv_->row_bytes());
+}
+
 std::vector<uint8_t> Engine::save_sequence(int32_t seq, std::span<const int32_t> tokens) {
   std::vector<int32_t> cells;
   const kv::SessionSequence sq = session_sequence(seq, tokens, &cells);
   std::vector<uint8_t> out = kv::encode_session_head(fingerprint(), cfg_.kv_type, std::span(&sq, 1));
   // Each layer's rows are read from the backend straight into their place in the output.
-  const uint64_t rb = kv_->row_bytes(), layer_bytes = 2 * cells.size() * rb;
+  const uint64_t layer_bytes = 2 * cells.size() * kv_->row_bytes();
   out.reserve(out.size() + static_cast<size_t>(kv_->n_layer()) * (sizeof(kv::RowsFrame) + layer_bytes));
   for (int64_t l = 0; l < kv_->n_layer(); ++l) {
     const size_t at = out.size() + sizeof(kv::RowsFrame::before);
     out.resize(at + layer_bytes + sizeof(kv::RowsFrame::after));
-    kv_->read_rows(l, 0, cells, out.data() + at);
-    kv_->read_rows(l, 1, cells, out.data() + at + cells.size() * rb);
+    read_layer_rows(l, cells, out.data() + at);
     const kv::RowsFrame f = kv::rows_section_frame(static_cast<uint32_t>(l), std::span(out.data() + at, layer_bytes));
     std::memcpy(out.data() + at - f.before.size(), f.before.data(), f.before.size());
     std::memcpy(out.data() + at + layer_bytes, f.after.data(), f.after.size());
@@ -560,7 +564,7 @@ void Engine::save_sequence_file(const std::string& path, int32_t seq, std::span<
   // A pipeline of two buffers: while one layer's rows are checksummed and written (and the
   // kernel is asked to start writing them to the disk), the next layer's are read from the
   // backend into the other buffer. Only two layers' rows are ever in host memory.
-  const uint64_t rb = kv_->row_bytes(), layer_bytes = 2 * cells.size() * rb;
+  const uint64_t layer_bytes = 2 * cells.size() * kv_->row_bytes();
   std::vector<uint8_t> buf[2];
   const auto write_layer = [&f, &buf, layer_bytes](int64_t l) {
     const std::vector<uint8_t>& b = buf[l % 2];
@@ -574,8 +578,7 @@ void Engine::save_sequence_file(const std::string& path, int32_t seq, std::span<
   for (int64_t l = 0; l < kv_->n_layer(); ++l) {
     std::vector<uint8_t>& b = buf[l % 2];
     b.resize(layer_bytes);
-    kv_->read_rows(l, 0, cells, b.data());
-    kv_->read_rows(l, 1, cells, b.data() + cells.size() * rb);
+    read_layer_rows(l, cells, b.data());
     if (writing.valid()) writing.get();  // layer l - 1 is written (its error, if any, thrown here)
     writing = std::async(std::launch::async, write_layer, l);
   }

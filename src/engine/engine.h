@@ -192,6 +192,9 @@ class Engine {
   /// Sequence `seq`'s session entry (positions, `tokens`) and its cells in position order
   /// (`*cells`). Throws minfer::Error on a bad id or a token count other than the cell count.
   kv::SessionSequence session_sequence(int32_t seq, std::span<const int32_t> tokens, std::vector<int32_t>* cells) const;
+  /// Layer `layer`'s K rows of `cells`, then their V rows, into `dst` (2 x cells x row bytes):
+  /// the payload of a session's rows section.
+  void read_layer_rows(int64_t layer, std::span<const int32_t> cells, uint8_t* dst) const;
 
   struct CachedGraph {
     graph::GraphParams params;

@@ -113,10 +113,11 @@ class Reader {
   std::string what_;
 };
 
-/// XXH64 of a section: its 16 framing bytes (tag, reserved = 0, length) and its payload.
-uint64_t section_checksum(uint32_t t, std::span<const uint8_t> payload) {
+/// XXH64 of a section: its 16 framing bytes (tag, reserved = 0, length) and its payload, given
+/// as two consecutive parts (`rest` may be empty).
+uint64_t section_checksum(uint32_t t, std::span<const uint8_t> payload, std::span<const uint8_t> rest = {}) {
   uint8_t head[16];
-  const uint64_t len = payload.size();
+  const uint64_t len = payload.size() + rest.size();
   std::memcpy(head, &t, 4);
   std::memset(head + 4, 0, 4);
   std::memcpy(head + 8, &len, 8);
@@ -124,6 +125,7 @@ uint64_t section_checksum(uint32_t t, std::span<const uint8_t> payload) {
   XXH64_reset(&st, 0);
   XXH64_update(&st, head, sizeof head);
   XXH64_update(&st, payload.data(), payload.size());
+  XXH64_update(&st, rest.data(), rest.size());
   return XXH64_digest(&st);
 }
 
@@ -203,17 +205,13 @@ bool kv_type_ok(TensorType t) { return t == TensorType::F32 || t == TensorType::
 
 }  // namespace
 
-uint64_t SessionData::n_cells() const {
+uint64_t count_cells(std::span<const SessionSequence> seqs) {
   uint64_t n = 0;
-  for (const auto& s : seqs) n += s.positions.size();
+  for (const SessionSequence& s : seqs) n += s.positions.size();
   return n;
 }
 
-uint64_t SessionView::n_cells() const {
-  uint64_t n = 0;
-  for (const auto& s : seqs) n += s.positions.size();
-  return n;
-}
+uint64_t SessionData::n_cells() const { return count_cells(seqs); }
 
 uint64_t max_session_bytes(int64_t n_layer, uint64_t row_bytes, int64_t n_cells, int64_t n_seq) {
   const auto L = static_cast<uint64_t>(n_layer), C = static_cast<uint64_t>(n_cells), S = static_cast<uint64_t>(n_seq);
@@ -225,9 +223,7 @@ uint64_t max_session_bytes(int64_t n_layer, uint64_t row_bytes, int64_t n_cells,
 std::vector<uint8_t> encode_session_head(const ModelFingerprint& model, TensorType kv_type,
                                          std::span<const SessionSequence> seqs) {
   Writer w;
-  uint64_t n_cells = 0;
-  for (const SessionSequence& sq : seqs) n_cells += sq.positions.size();
-  w.out.reserve(max_session_bytes(0, 0, static_cast<int64_t>(n_cells), static_cast<int64_t>(seqs.size())));
+  w.out.reserve(max_session_bytes(0, 0, static_cast<int64_t>(count_cells(seqs)), static_cast<int64_t>(seqs.size())));
   w.bytes(kSessionMagic, sizeof kSessionMagic);
   w.put<uint32_t>(kSessionVersion);
   w.put<uint32_t>(0);
@@ -266,13 +262,9 @@ RowsFrame rows_section_frame(uint32_t layer, std::span<const uint8_t> rows) {
   std::memcpy(f.before.data(), &kTagRows, 4);
   std::memcpy(f.before.data() + 4, &reserved, 4);
   std::memcpy(f.before.data() + 8, &len, 8);
-  std::memcpy(f.before.data() + 16, &layer, 4);
+  std::memcpy(f.before.data() + 16, &layer, 4);  // the payload: layer index, reserved, rows
   std::memcpy(f.before.data() + 20, &reserved, 4);
-  XXH64_state_t st;
-  XXH64_reset(&st, 0);
-  XXH64_update(&st, f.before.data(), f.before.size());
-  XXH64_update(&st, rows.data(), rows.size());
-  const uint64_t sum = XXH64_digest(&st);
+  const uint64_t sum = section_checksum(kTagRows, std::span(f.before).subspan(16), rows);
   std::memcpy(f.after.data(), &sum, 8);
   return f;
 }
@@ -390,18 +382,6 @@ SessionView decode_session_view(std::span<const uint8_t> bytes, std::string_view
     throw;
   }
   check_sections(found, name);
-  return s;
-}
-
-SessionData decode_session(std::span<const uint8_t> bytes, std::string_view name, const ModelFingerprint& expect,
-                           const SessionLimits& limits) {
-  SessionView v = decode_session_view(bytes, name, expect, limits);
-  SessionData s;
-  s.model = std::move(v.model);
-  s.kv_type = v.kv_type;
-  s.seqs = std::move(v.seqs);
-  s.rows.reserve(v.rows.size());
-  for (const auto& r : v.rows) s.rows.emplace_back(r.begin(), r.end());
   return s;
 }
 

@@ -51,6 +51,9 @@ struct SessionData {
   uint64_t n_cells() const;
 };
 
+/// Cells in all of `seqs`.
+uint64_t count_cells(std::span<const SessionSequence> seqs);
+
 /// Encodes a session. Throws minfer::Error when the parts disagree (rows of the wrong size,
 /// positions and tokens of different lengths).
 std::vector<uint8_t> encode_session(const SessionData& s);
@@ -78,12 +81,9 @@ struct SessionView {
   TensorType kv_type = TensorType::F32;
   std::vector<SessionSequence> seqs;
   std::vector<std::span<const uint8_t>> rows;
-
-  /// Cells in all sequences.
-  uint64_t n_cells() const;
 };
 
-/// Limits decode() checks beside the format itself.
+/// Limits decode_session_view() checks beside the format itself.
 struct SessionLimits {
   int64_t n_ctx = 0;     ///< most cells the sessions's sequences may hold together
   int64_t n_vocab = 0;   ///< token ids must be in [0, n_vocab)
@@ -91,18 +91,15 @@ struct SessionLimits {
 };
 
 /// Decodes and checks `bytes` (a session file's contents; `name` is the file for messages)
-/// against `expect` (the loading model) and `limits`. Throws minfer::Error with ONE line
-/// "<name>: <reason>" on: bad magic, another version, a nonzero reserved field, a checksum
-/// mismatch (any flipped byte), truncation or trailing bytes, another model, a KV type other
-/// than f32/f16/q8_0, a geometry other than the model's, more cells than limits.n_ctx, a token
-/// id outside the vocabulary, positions not strictly increasing, a sequence id out of range or
-/// repeated. Nothing is allocated beyond what the bytes themselves hold.
-SessionData decode_session(std::span<const uint8_t> bytes, std::string_view name, const ModelFingerprint& expect,
-                           const SessionLimits& limits);
-/// decode_session() without copying the rows: the same checks and errors, every checksum
-/// verified before it returns. The rows sections' checksums are computed on up to 8 threads
-/// when the rows are large (16 MiB or more); the error reported is still that of the first
-/// damaged section in file order.
+/// against `expect` (the loading model) and `limits`, without copying the rows (the view's rows
+/// point into `bytes`). Throws minfer::Error with ONE line "<name>: <reason>" on: bad magic,
+/// another version, a nonzero reserved field, a checksum mismatch (any flipped byte), truncation
+/// or trailing bytes, another model, a KV type other than f32/f16/q8_0, a geometry other than the
+/// model's, more cells than limits.n_ctx, a token id outside the vocabulary, positions not
+/// strictly increasing, a sequence id out of range or repeated. Every checksum is verified before
+/// it returns; the rows sections' are computed on up to 8 threads when the rows are large (16 MiB
+/// or more), and the error reported is still that of the first damaged section in file order.
+/// Nothing is allocated beyond what the bytes themselves hold.
 SessionView decode_session_view(std::span<const uint8_t> bytes, std::string_view name, const ModelFingerprint& expect,
                                 const SessionLimits& limits);
 

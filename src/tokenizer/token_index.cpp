@@ -37,16 +37,11 @@ int32_t TokenIndex::insert(const StringTable& tokens, int32_t id) {
                 static_cast<size_t>(id) < tokens.size());
   const std::string_view text = tokens[static_cast<size_t>(id)];
   const uint64_t h = hash_text(text);
-  const uint32_t tag = tag_of(h) & ~id_mask_;
-  for (size_t i = h & mask_;; i = (i + 1) & mask_) {
-    const uint32_t s = slots_[i];
-    if (s == kEmpty) {
-      slots_[i] = tag | static_cast<uint32_t>(id);
-      ++count_;
-      return -1;
-    }
-    if ((s & ~id_mask_) == tag && tokens[s & id_mask_] == text) return static_cast<int32_t>(s & id_mask_);
-  }
+  const size_t i = probe(tokens, text, h);
+  if (slots_[i] != kEmpty) return static_cast<int32_t>(slots_[i] & id_mask_);
+  slots_[i] = (tag_of(h) & ~id_mask_) | static_cast<uint32_t>(id);
+  ++count_;
+  return -1;
 }
 
 int32_t TokenIndex::find(const StringTable& tokens, std::string_view text) const {
@@ -101,13 +96,17 @@ void TokenIndex::find_many(const StringTable& tokens, std::span<const std::strin
   }
 }
 
-int32_t TokenIndex::find_hashed(const StringTable& tokens, std::string_view text, uint64_t h) const {
+size_t TokenIndex::probe(const StringTable& tokens, std::string_view text, uint64_t h) const {
   const uint32_t tag = tag_of(h) & ~id_mask_;
   for (size_t i = h & mask_;; i = (i + 1) & mask_) {
     const uint32_t s = slots_[i];
-    if (s == kEmpty) return -1;
-    if ((s & ~id_mask_) == tag && tokens[s & id_mask_] == text) return static_cast<int32_t>(s & id_mask_);
+    if (s == kEmpty || ((s & ~id_mask_) == tag && tokens[s & id_mask_] == text)) return i;
   }
+}
+
+int32_t TokenIndex::find_hashed(const StringTable& tokens, std::string_view text, uint64_t h) const {
+  const uint32_t s = slots_[probe(tokens, text, h)];
+  return s == kEmpty ? -1 : static_cast<int32_t>(s & id_mask_);
 }
 
 }  // namespace minfer::tok

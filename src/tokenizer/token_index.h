@@ -44,6 +44,9 @@ class TokenIndex {
   // No slot holding an id is all ones: ids are below n, and n < 2^(bits of id_mask_).
   static constexpr uint32_t kEmpty = ~uint32_t{0};
 
+  /// The slot holding the id whose text is `text` (hash `h`), or the empty slot where the
+  /// probe for it ends.
+  size_t probe(const StringTable& tokens, std::string_view text, uint64_t h) const;
   /// find() for a text whose hash is `h`.
   int32_t find_hashed(const StringTable& tokens, std::string_view text, uint64_t h) const;
   /// The id of the first slot from h's home whose tag matches h's (the id find_hashed will

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "../speculative_test_util.h"
 #include "../test_util.h"
 #include "cuda_test_util.h"
 #include "engine/engine.h"
@@ -30,16 +31,11 @@
 namespace minfer {
 namespace {
 
-constexpr const char* kTarget = "models/minfer-demo-py-q8_0.gguf";
-constexpr const char* kDraft = "models/minfer-draft-py-q8_0.gguf";
-
-const char* const kCodePrompts[] = {
-    "import numpy as np\n\ndef normalize(x):\n",
-    "def fibonacci(n):\n",
-    "class Stack:\n    def __init__(self):\n",
-    "import os\nimport sys\n\ndef main():\n",
-    "def quicksort(arr):\n    if len(arr) <= 1:\n",
-};
+using test::fixed_draft;
+using test::greedy_tokens;
+using test::kCodePrompts;
+constexpr const char* kTarget = test::kSpecTarget;
+constexpr const char* kDraft = test::kSpecDraft;
 
 /// $env when set, else the shared file `rel`.
 std::string model_path(const char* env, const char* rel) {
@@ -74,27 +70,6 @@ class CudaSpeculative : public ::testing::Test {
 
   std::vector<int32_t> encode(const char* text) const {
     return target_model_->tokenizer()->encode(text, /*add_special=*/true, /*parse_special=*/false);
-  }
-
-  static std::vector<int32_t> greedy(Session& session, const std::vector<int32_t>& prompt, int32_t n, Speculator* spec,
-                                     GenerateStats* st) {
-    SamplerParams sp;
-    sp.temp = 0.0f;
-    Sampler sampler(sp);
-    GenerateOptions opt;
-    opt.max_tokens = n;
-    opt.stop_at_eog = false;
-    opt.speculator = spec;
-    session.generate(prompt, sampler, opt, {}, st);
-    return session.generated();
-  }
-
-  static SpeculativeParams fixed(int32_t n_max) {
-    SpeculativeParams p;
-    p.n_max = n_max;
-    p.p_min = 0.0f;
-    p.adaptive = false;
-    return p;
   }
 
   static std::shared_ptr<const Model> target_model_, draft_model_;
@@ -144,23 +119,23 @@ TEST_F(CudaSpeculative, GreedyDraftAndLookupEqualTargetGreedyForEveryDraftLength
   for (const char* text : kCodePrompts) {
     const std::vector<int32_t> prompt = encode(text);
     GenerateStats plain;
-    const std::vector<int32_t> want = greedy(session, prompt, 128, nullptr, &plain);
+    const std::vector<int32_t> want = greedy_tokens(session, prompt, 128, nullptr, &plain);
     ASSERT_EQ(want.size(), 128u);
     for (int32_t k = 0; k <= 16; ++k) {  // 0: the adaptive default
-      SpeculativeParams p = k > 0 ? fixed(k) : SpeculativeParams{};
+      SpeculativeParams p = k > 0 ? fixed_draft(k) : SpeculativeParams{};
       Speculator spec(*draft_, draft_model_->tokenizer()->n_vocab(), p, SamplerParams{}, 0.5);
       GenerateStats st;
-      EXPECT_EQ(greedy(session, prompt, 128, &spec, &st), want) << text << "draft length " << k << " (0: adaptive)";
+      EXPECT_EQ(greedy_tokens(session, prompt, 128, &spec, &st), want) << text << "draft length " << k << " (0: adaptive)";
       EXPECT_EQ(st.generated_tokens, 128);
       drafted += st.drafted;
       accepted += st.accepted;
     }
     for (const int32_t k : {4, 16}) {
-      SpeculativeParams p = fixed(k);
+      SpeculativeParams p = fixed_draft(k);
       p.lookup_n = 2;
       Speculator spec(p, SamplerParams{});
       GenerateStats st;
-      EXPECT_EQ(greedy(session, prompt, 128, &spec, &st), want) << text << "lookup, draft length " << k;
+      EXPECT_EQ(greedy_tokens(session, prompt, 128, &spec, &st), want) << text << "lookup, draft length " << k;
       lookup_drafted += st.drafted;
     }
   }
@@ -182,11 +157,11 @@ TEST_F(CudaSpeculative, DraftOnTheCpuTargetOnCudaKeepsGreedyIdentity) {
   Session session(*target_, *target_model_->tokenizer());
   const std::vector<int32_t> prompt = encode(kCodePrompts[1]);
   GenerateStats plain;
-  const std::vector<int32_t> want = greedy(session, prompt, 128, nullptr, &plain);
+  const std::vector<int32_t> want = greedy_tokens(session, prompt, 128, nullptr, &plain);
   for (const int32_t k : {3, 12}) {
-    Speculator spec(cpu_draft, draft_model_->tokenizer()->n_vocab(), fixed(k), SamplerParams{}, 0.5);
+    Speculator spec(cpu_draft, draft_model_->tokenizer()->n_vocab(), fixed_draft(k), SamplerParams{}, 0.5);
     GenerateStats st;
-    EXPECT_EQ(greedy(session, prompt, 128, &spec, &st), want) << "draft length " << k;
+    EXPECT_EQ(greedy_tokens(session, prompt, 128, &spec, &st), want) << "draft length " << k;
   }
 }
 

@@ -511,9 +511,11 @@ void bench(const BenchArgs& args) {
       c.n_ubatch = std::min({c.n_ubatch > 0 ? c.n_ubatch : int64_t{default_ubatch(parse_device(c.device))}, c.n_batch,
                              int64_t{1} << 30});
       int64_t need = 0, per_seq = 0;
-      for (const Test& t : tests) per_seq = std::max(per_seq, t.n_depth + t.n_prompt + t.n_gen);
-      for (const Test& t : tests)
-        need = std::max(need, t.n_par > 1 ? cells_per_sequence(t) * t.n_par : t.n_depth + t.n_prompt + t.n_gen);
+      for (const Test& t : tests) {
+        const int64_t cells = t.n_depth + t.n_prompt + t.n_gen;
+        per_seq = std::max(per_seq, cells);
+        need = std::max(need, t.n_par > 1 ? cells_per_sequence(t) * t.n_par : cells);
+      }
       EngineConfig ec;
       ec.device = parse_device(c.device);
       ec.n_threads = c.threads;
