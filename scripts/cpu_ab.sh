@@ -4,7 +4,9 @@
 # each side per test and the ratio. llama.cpp is built outside this repository.
 #
 #   LLAMA_BENCH=/path/to/llama-bench scripts/cpu_ab.sh OUTDIR model1.gguf [model2.gguf ...]
-# Environment: THREADS (default 2), ROUNDS (default 5), ARGS (default "-p 512 -n 128").
+# Environment: THREADS (default 2), ROUNDS (default 5), ARGS (default "-p 512 -n 128"),
+# LOAD=1: a busy loop (one process spinning one core at 100%) runs for the whole comparison,
+# started here before the first round and stopped on exit (issue 29's "under load" rows).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=$1
@@ -15,6 +17,11 @@ read -r -a args <<<"${ARGS:--p 512 -n 128}"
 minfer=${MINFER:-build/tools/minfer/minfer}
 : "${LLAMA_BENCH:?set LLAMA_BENCH to a llama-bench binary}"
 mkdir -p "$out"
+if [[ "${LOAD:-0}" == 1 ]]; then
+  bash -c 'while :; do :; done' &
+  busy=$!
+  trap 'kill "$busy" 2>/dev/null || true' EXIT
+fi
 : >"$out/minfer.jsonl"
 : >"$out/llama.jsonl"
 for ((r = 1; r <= rounds; r++)); do

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -11,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -371,6 +373,7 @@ TEST(ThreadPool, MinusOneIsTheDefaultCount) {
 TEST(ThreadPool, PiecesOfBackToBackLoopsAreEachDoneOnceUnderPreemption) {
   for (const char* spin : {"50", "0"}) {
     EnvOverride env("MINFER_POOL_SPIN_US", std::string(spin));
+    EnvOverride backoff("MINFER_POOL_BACKOFF_MS", std::string("0"));  // keep every loop on 3 threads
     ThreadPool pool(3);
     std::vector<int> hits(257);
     for (int iter = 0; iter < 3000; ++iter) {
@@ -419,6 +422,73 @@ TEST(ThreadPool, AnErrorInOnePieceIsRethrownAfterTheOthersRan) {
   std::atomic<int64_t> sum{0};
   pool.parallel_for(10, 1, [&](int64_t b, int64_t e, int) { sum += e - b; });
   EXPECT_EQ(sum.load(), 10);
+}
+
+// A worker's piece that stalls (as a descheduled thread's does) makes the caller wait longer than
+// it worked: the next loops run every piece on the caller, the same pieces, for the back-off
+// time; with MINFER_POOL_BACKOFF_MS=0 they never do, and after the back-off the workers are used
+// again.
+TEST(ThreadPool, AStalledWorkerSendsTheNextLoopsToTheCaller) {
+  EnvOverride chunks("MINFER_POOL_CHUNKS", std::string("4"));  // 2 threads x 4: pieces of 8
+  // One loop whose first piece on the caller waits until the worker holds a piece, and whose
+  // worker piece then sleeps `stall`.
+  const auto stalled_loop = [](ThreadPool& pool, std::chrono::milliseconds stall) {
+    std::atomic<bool> worker_in{false};
+    pool.parallel_for(64, 1, [&](int64_t, int64_t, int ith) {
+      if (ith != 0) {
+        worker_in = true;
+        std::this_thread::sleep_for(stall);
+        return;
+      }
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (!worker_in && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    });
+    ASSERT_TRUE(worker_in.load()) << "the worker never took a piece";
+  };
+  // The pieces a loop ran, as (begin, end, thread index), sorted.
+  const auto pieces_of = [](ThreadPool& pool) {
+    std::mutex mu;
+    std::vector<std::tuple<int64_t, int64_t, int>> seen;
+    pool.parallel_for(64, 1, [&](int64_t b, int64_t e, int ith) {
+      std::lock_guard lock(mu);
+      seen.emplace_back(b, e, ith);
+    });
+    std::sort(seen.begin(), seen.end());
+    return seen;
+  };
+  std::vector<std::tuple<int64_t, int64_t, int>> solo;
+  for (int64_t b = 0; b < 64; b += 8) solo.emplace_back(b, b + 8, 0);
+  {
+    EnvOverride backoff("MINFER_POOL_BACKOFF_MS", std::string("60000"));
+    ThreadPool pool(2);
+    stalled_loop(pool, std::chrono::milliseconds(50));
+    EXPECT_EQ(pool.solo_loops(), 0);
+    EXPECT_EQ(pieces_of(pool), solo);  // the same 8 pieces, all on the caller
+    EXPECT_EQ(pieces_of(pool), solo);
+    EXPECT_EQ(pool.solo_loops(), 2);
+    // An error in a solo loop is still rethrown after the other pieces ran.
+    std::atomic<int64_t> done{0};
+    EXPECT_THROW(pool.parallel_for(64, 1, [&](int64_t b, int64_t e, int) {
+      if (b == 8) throw Error("boom");
+      done += e - b;
+    }), Error);
+    EXPECT_EQ(done.load(), 56);
+  }
+  {
+    EnvOverride backoff("MINFER_POOL_BACKOFF_MS", std::string("0"));
+    ThreadPool pool(2);
+    stalled_loop(pool, std::chrono::milliseconds(50));
+    stalled_loop(pool, std::chrono::milliseconds(1));  // would fail were the loop on the caller alone
+    EXPECT_EQ(pool.solo_loops(), 0);
+  }
+  {
+    EnvOverride backoff("MINFER_POOL_BACKOFF_MS", std::string("1"));
+    ThreadPool pool(2);
+    stalled_loop(pool, std::chrono::milliseconds(50));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past the back-off
+    stalled_loop(pool, std::chrono::milliseconds(1));
+    EXPECT_EQ(pool.solo_loops(), 0);
+  }
 }
 
 }  // namespace

@@ -53,7 +53,8 @@ constexpr uint64_t pack_ticket(uint32_t job, uint64_t n_pieces, uint64_t next) {
 ThreadPool::ThreadPool(int n_threads)
     : n_threads_(n_threads),
       chunks_per_thread_(static_cast<int>(env_int("MINFER_POOL_CHUNKS", 4))),
-      spin_ns_(env_int("MINFER_POOL_SPIN_US", 50) * 1000) {
+      spin_ns_(env_int("MINFER_POOL_SPIN_US", 50) * 1000),
+      backoff_ns_(env_int("MINFER_POOL_BACKOFF_MS", 100) * 1'000'000) {
   MINFER_CHECK(n_threads >= 1 && n_threads <= 1024, "thread count {} is out of range (1..1024)", n_threads);
   workers_.reserve(static_cast<size_t>(n_threads - 1));
   for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
@@ -98,6 +99,13 @@ void ThreadPool::run(const std::function<void(int)>& job) {
 
 void ThreadPool::run_pieces(int64_t n_pieces, PieceFn fn) {
   MINFER_CHECK(n_pieces >= 1 && n_pieces <= kMaxPieces, "parallel loop of {} pieces (1..{})", n_pieces, kMaxPieces);
+  if (solo_until_ns_ != 0) {
+    if (now_ns() < solo_until_ns_) {
+      run_pieces_solo(n_pieces, fn);
+      return;
+    }
+    solo_until_ns_ = 0;
+  }
   pieces_ = fn;
   error_ = nullptr;
   pieces_done_.store(0, std::memory_order_relaxed);
@@ -105,10 +113,29 @@ void ThreadPool::run_pieces(int64_t n_pieces, PieceFn fn) {
   // Release: a thread whose claim reads this word (or a later claim's) sees pieces_ and the reset
   // counter above.
   ticket_.store(pack_ticket(job_number_, static_cast<uint64_t>(n_pieces), 0), std::memory_order_release);
+  const int64_t start = backoff_ns_ > 0 ? now_ns() : 0;
   publish(/*broadcast=*/false);
   claim_pieces(0);
   const auto total = static_cast<uint32_t>(n_pieces);
+  const int64_t own_done = backoff_ns_ > 0 ? now_ns() : 0;
   spin_then_wait(pieces_done_, spin_ns_, [total](uint32_t done) { return done == total; });
+  if (backoff_ns_ > 0) {
+    const int64_t end = now_ns(), waited = end - own_done;
+    if (waited > kStraggleNs && waited > own_done - start) solo_until_ns_ = end + backoff_ns_;
+  }
+  if (error_) std::rethrow_exception(error_);
+}
+
+void ThreadPool::run_pieces_solo(int64_t n_pieces, PieceFn fn) {
+  ++solo_loops_;
+  error_ = nullptr;
+  for (int64_t p = 0; p < n_pieces; ++p) {
+    try {
+      fn.call(fn.obj, p, 0);
+    } catch (...) {
+      note_error();
+    }
+  }
   if (error_) std::rethrow_exception(error_);
 }
 

@@ -8,6 +8,13 @@
 // worker is not running, the threads that do run take its pieces: an op waits only for pieces
 // already started, never for a thread that has not been scheduled (with one fixed range per
 // thread, every op waited a whole time slice for it).
+//
+// A piece already started by a worker that is then descheduled still holds its loop for the
+// rest of that worker's time slice. When a loop's caller waits for other threads' pieces longer
+// than it worked itself (and over kStraggleNs), the cores are taken to be shared: the next loops
+// run all their pieces on the caller, waking no worker, for a back-off time (MINFER_POOL_BACKOFF_MS,
+// 100 ms by default, 0: never), then the workers are tried again. The pieces and their order of
+// boundaries are the same either way, so results do not change.
 #pragma once
 
 #include <atomic>
@@ -30,6 +37,10 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return n_threads_; }
+
+  /// Loops since construction that ran on the caller alone because of the back-off (for tests
+  /// and benchmarks).
+  int64_t solo_loops() const { return solo_loops_; }
 
   /// Runs job(thread_index) once on every thread (the caller is index 0) and returns when all
   /// have finished. An exception thrown by any thread is rethrown here (the first one).
@@ -61,12 +72,18 @@ class ThreadPool {
 
  private:
   static constexpr int64_t kMaxPieces = 0xffff;  // the ticket's 16-bit piece fields
+  /// A caller's wait for other threads' pieces counts as a straggler only above this (and above
+  /// the caller's own time in the loop): an idle machine's wake-up and cache-miss delays are
+  /// tens of microseconds, a descheduled thread's wait is a time slice (milliseconds).
+  static constexpr int64_t kStraggleNs = 200'000;
   /// A borrowed callable of one piece: call(obj, piece, thread_index).
   struct PieceFn {
     void* obj = nullptr;
     void (*call)(void*, int64_t, int) = nullptr;
   };
   void run_pieces(int64_t n_pieces, PieceFn fn);
+  /// Runs every piece of a loop on the caller (thread index 0), in order.
+  void run_pieces_solo(int64_t n_pieces, PieceFn fn);
   /// Claims and runs pieces of the current parallel loop until none is left unclaimed.
   void claim_pieces(int ith);
   /// Wakes the workers for a new job; `broadcast`: run() (every worker once), else pieces.
@@ -77,6 +94,9 @@ class ThreadPool {
   int n_threads_;
   int chunks_per_thread_;
   int64_t spin_ns_;  ///< how long a thread spins before it sleeps
+  int64_t backoff_ns_;  ///< how long loops stay on the caller after a straggler (0: never)
+  int64_t solo_until_ns_ = 0;  ///< loops run on the caller alone until this steady-clock time
+  int64_t solo_loops_ = 0;
   std::vector<std::thread> workers_;
   const std::function<void(int)>* job_ = nullptr;  // run()'s job
   PieceFn pieces_{};                               // parallel_for's job
