@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <type_traits>
 
 #include "cpu/simd/gemm_pack.h"
 
@@ -24,16 +25,23 @@ constexpr size_t kPrefetchAheadBytes = 4096;
 template <class K, int NT>
 void packed_group(const uint8_t* grp, int64_t nb, const typename K::Act* acts, float* lanes, float* res) {
   const int nl = static_cast<int>(std::min<int64_t>(32, nb));
-  for (int i = 0; i < nl * NT * kW; i += kW) TV::store(lanes + i, TV::zero());
-  for (int64_t b = 0; b < nb; ++b) {
+  // Blocks 0 .. nl - 1 each start their lane: +0.0 + term, stored without reading the lane (no
+  // zeroing pass: a 896-wide Q4_0 row group would clear 1.8 KB of lanes for 8 KB of weights);
+  // adding +0.0 keeps the contract's start value, so a -0.0 term becomes +0.0 as before.
+  const auto block = [&](int64_t b, auto first) {
     const uint8_t* ahead = grp + static_cast<size_t>(b) * K::kBytes + kPrefetchAheadBytes;
     for (size_t off = 0; off < K::kBytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + off), _MM_HINT_T0);
     F term[NT];
     K::template terms<NT>(grp + static_cast<size_t>(b) * K::kBytes, b, acts, term);
     float* lane = lanes + static_cast<size_t>(b % 32) * NT * kW;
 #pragma GCC unroll 4
-    for (int t = 0; t < NT; ++t) TV::store(lane + t * kW, TV::add(TV::loadf(lane + t * kW), term[t]));
-  }
+    for (int t = 0; t < NT; ++t) {
+      if constexpr (decltype(first)::value) TV::store(lane + t * kW, TV::add(TV::zero(), term[t]));
+      else TV::store(lane + t * kW, TV::add(TV::loadf(lane + t * kW), term[t]));
+    }
+  };
+  for (int64_t b = 0; b < nl; ++b) block(b, std::true_type{});
+  for (int64_t b = nl; b < nb; ++b) block(b, std::false_type{});
   for (int w = 16; w >= 1; w /= 2)
     for (int k = 0; k < w && k + w < nl; ++k)
       for (int i = 0; i < NT * kW; i += kW)
