@@ -105,10 +105,10 @@ Speculator::Speculator(const SpeculativeParams& params, const SamplerParams& sam
   if (params_.lookup_n <= 0) fail("speculation: prompt lookup needs an n-gram size of at least 1 (--lookup N)");
 }
 
-std::vector<int32_t> Speculator::lookup(std::span<const int32_t> history, int32_t k) const {
+std::vector<int32_t> prompt_lookup(std::span<const int32_t> history, int32_t n_gram, int32_t k) {
   std::vector<int32_t> out;
-  const auto n = static_cast<size_t>(params_.lookup_n);
-  if (k <= 0 || history.size() <= n) return out;
+  if (n_gram < 1 || k <= 0 || history.size() <= static_cast<size_t>(n_gram)) return out;
+  const auto n = static_cast<size_t>(n_gram);
   const std::span<const int32_t> tail = history.last(n);
   // Latest earlier occurrence: start positions s < size - n, searched from the end.
   for (size_t s = history.size() - n; s-- > 0;) {
@@ -117,6 +117,10 @@ std::vector<int32_t> Speculator::lookup(std::span<const int32_t> history, int32_
     break;
   }
   return out;
+}
+
+std::vector<int32_t> Speculator::lookup(std::span<const int32_t> history, int32_t k) const {
+  return prompt_lookup(history, params_.lookup_n, k);
 }
 
 int32_t Speculator::choose_length() {

@@ -318,6 +318,10 @@ std::string prometheus_text(const SchedulerStats& st) {
   metric("minfer_prompt_tokens_total", "counter", "Prompt tokens prefilled (tokens reused from the KV cache not counted).",
          std::to_string(st.prompt_tokens));
   metric("minfer_generation_tokens_total", "counter", "Tokens generated.", std::to_string(st.generated_tokens));
+  metric("minfer_draft_tokens_total", "counter", "Tokens drafted by prompt lookup and verified.",
+         std::to_string(st.draft_tokens));
+  metric("minfer_draft_accepted_tokens_total", "counter", "Drafted tokens kept (the token sampled at their position).",
+         std::to_string(st.draft_accepted));
   s += "# HELP minfer_request_duration_seconds Time from a request's arrival to its end.\n"
        "# TYPE minfer_request_duration_seconds histogram\n";
   uint64_t cum = 0;

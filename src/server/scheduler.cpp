@@ -1,8 +1,10 @@
 #include "server/scheduler.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "core/error.h"
+#include "engine/speculative.h"
 
 namespace minfer::server {
 
@@ -22,6 +24,11 @@ Scheduler::Scheduler(StepModel& model, const SchedulerConfig& config) : model_(m
   if (cfg_.slot_ctx < 2) fail("server: a slot's context {} must be at least 2 tokens", cfg_.slot_ctx);
   if (cfg_.chunk < 1) fail("server: the prefill chunk {} must be at least 1 token", cfg_.chunk);
   if (cfg_.max_queue < 0) fail("server: --max-queue {} must not be negative", cfg_.max_queue);
+  if (cfg_.lookup_n < 0 || cfg_.lookup_n > 64) fail("server: --lookup {} must be in [0, 64]", cfg_.lookup_n);
+  if (cfg_.draft_max < 1 || cfg_.draft_max > 256)
+    fail("server: --spec-draft-n-max {} must be in [1, 256]", cfg_.draft_max);
+  if (cfg_.draft_min < 0 || cfg_.draft_min > cfg_.draft_max)
+    fail("server: --spec-draft-n-min {} must be in [0, --spec-draft-n-max {}]", cfg_.draft_min, cfg_.draft_max);
   slots_.resize(static_cast<size_t>(cfg_.n_slots));
   totals_.kv_cells_total = static_cast<int64_t>(cfg_.n_slots) * cfg_.slot_ctx;
 }
@@ -108,7 +115,22 @@ void Scheduler::finish(Slot& s, FinishReason reason, const std::string& error) {
   s.sampler.reset();
   s.history.clear();
   s.next_token = -1;
+  s.draft.clear();
   if (req->on_done) req->on_done(info);
+}
+
+std::vector<int32_t> Scheduler::draft_for(const Slot& s) const {
+  if (cfg_.lookup_n == 0) return {};
+  // Row i of the slot's verify predicts position base + i + 1; the drafts fill positions
+  // base + 1 .. base + k, which must be cells of the slot; each row emits at most one token.
+  const auto base = static_cast<int64_t>(s.cached.size());
+  int64_t k = std::min<int64_t>(cfg_.draft_max, model_.exact_step_tokens() - 1);
+  k = std::min<int64_t>(k, cfg_.slot_ctx - 1 - base);
+  if (s.req->max_tokens >= 0) k = std::min<int64_t>(k, s.req->max_tokens - s.generated - 1);
+  if (k <= 0) return {};
+  std::vector<int32_t> d = prompt_lookup(s.history, cfg_.lookup_n, static_cast<int32_t>(k));
+  if (static_cast<int32_t>(d.size()) < std::max(1, cfg_.draft_min)) d.clear();
+  return d;
 }
 
 // Admission: each waiting request (oldest first) takes the idle slot whose cached tokens share
@@ -179,18 +201,24 @@ bool Scheduler::step(StepReport* report) {
   struct Row {
     int32_t slot;
     bool decode;
+    int32_t n = 1;  ///< flagged tokens of the slot: 1 + its drafts
   };
   std::vector<Row> rows;  // flagged tokens, in batch order
   StepReport rep;
   for (size_t i = 0; i < slots_.size(); ++i) {
     Slot& s = slots_[i];
     if (s.state != SlotState::Decode) continue;
-    b.tokens.push_back(s.next_token);
-    b.positions.push_back(static_cast<int32_t>(s.cached.size()));
-    b.seq_ids.push_back(static_cast<int32_t>(i));
-    b.logits.push_back(1);
-    rows.push_back({static_cast<int32_t>(i), true});
+    s.draft = draft_for(s);
+    const auto base = static_cast<int32_t>(s.cached.size());
+    for (size_t j = 0; j <= s.draft.size(); ++j) {
+      b.tokens.push_back(j == 0 ? s.next_token : s.draft[j - 1]);
+      b.positions.push_back(base + static_cast<int32_t>(j));
+      b.seq_ids.push_back(static_cast<int32_t>(i));
+      b.logits.push_back(1);
+    }
+    rows.push_back({static_cast<int32_t>(i), true, 1 + static_cast<int32_t>(s.draft.size())});
     ++rep.decode_tokens;
+    rep.draft_tokens += static_cast<int32_t>(s.draft.size());
   }
   struct Chunk {
     int32_t slot;
@@ -246,32 +274,58 @@ bool Scheduler::step(StepReport* report) {
   }
   // Bookkeeping of what the KV now holds.
   for (const Row& r : rows)
-    if (r.decode) slots_[static_cast<size_t>(r.slot)].cached.push_back(slots_[static_cast<size_t>(r.slot)].next_token);
+    if (r.decode) {
+      Slot& s = slots_[static_cast<size_t>(r.slot)];
+      s.cached.push_back(s.next_token);
+      s.cached.insert(s.cached.end(), s.draft.begin(), s.draft.end());
+    }
   for (const Chunk& c : chunks) {
     Slot& s = slots_[static_cast<size_t>(c.slot)];
     s.cached.insert(s.cached.end(), s.req->prompt.begin() + static_cast<std::ptrdiff_t>(c.from),
                     s.req->prompt.begin() + static_cast<std::ptrdiff_t>(c.end));
     totals_.prompt_tokens += c.end - c.from;
   }
-  // Sample per flagged row.
+  // Sample per flagged row. A slot with drafts goes on to its next row while the token sampled
+  // is the drafted one (that token is already in the KV, at the row's next position); at the
+  // first other token, or when the request ends, the drafts after it leave the KV.
   const auto nv = static_cast<size_t>(model_.n_vocab());
-  for (size_t k = 0; k < rows.size(); ++k) {
-    Slot& s = slots_[static_cast<size_t>(rows[k].slot)];
-    const std::span<const float> row = logits.subspan(k * nv, nv);
-    const int32_t tok = s.sampler->sample(row, s.history);
-    s.state = SlotState::Decode;
-    ++s.generated;
-    ++totals_.generated_tokens;
-    s.history.push_back(tok);
-    s.next_token = tok;
-    const TokenAction act = s.req->on_token ? s.req->on_token(tok, row) : TokenAction::Continue;
-    if (act == TokenAction::Stop) {
-      finish(s, FinishReason::Stop);
-    } else if (s.req->max_tokens >= 0 && s.generated >= s.req->max_tokens) {
-      finish(s, FinishReason::Length);
-    } else if (static_cast<int64_t>(s.cached.size()) + 1 >= cfg_.slot_ctx) {
-      finish(s, FinishReason::Length);  // the next token would not fit the slot
+  size_t first = 0;  // the slot's first row in the logits
+  for (const Row& r : rows) {
+    Slot& s = slots_[static_cast<size_t>(r.slot)];
+    const size_t base = s.cached.size() - static_cast<size_t>(r.decode ? r.n : 0);
+    for (int32_t i = 0; i < r.n; ++i) {
+      const std::span<const float> row = logits.subspan((first + static_cast<size_t>(i)) * nv, nv);
+      const int32_t tok = s.sampler->sample(row, s.history);
+      s.state = SlotState::Decode;
+      ++s.generated;
+      ++totals_.generated_tokens;
+      s.history.push_back(tok);
+      s.next_token = tok;
+      const bool drafted = i + 1 < r.n && tok == s.draft[static_cast<size_t>(i)];
+      if (drafted) {
+        ++totals_.draft_accepted;
+        ++rep.draft_accepted;
+      }
+      // The KV holds the prompt and every token before tok; tok itself only as a kept draft.
+      const size_t valid = r.decode ? base + static_cast<size_t>(i) + 1 : s.cached.size();
+      const TokenAction act = s.req->on_token ? s.req->on_token(tok, row) : TokenAction::Continue;
+      std::optional<FinishReason> end;
+      if (act == TokenAction::Stop) end = FinishReason::Stop;
+      else if (s.req->max_tokens >= 0 && s.generated >= s.req->max_tokens) end = FinishReason::Length;
+      else if (static_cast<int64_t>(valid) + 1 >= cfg_.slot_ctx) end = FinishReason::Length;  // tok would not fit
+      if (!end && drafted) continue;
+      if (valid < s.cached.size()) {
+        model_.keep_prefix(r.slot, static_cast<int32_t>(valid));
+        s.cached.resize(valid);
+      }
+      if (end) finish(s, *end);
+      break;
     }
+    totals_.draft_tokens += static_cast<uint64_t>(r.n - 1);
+    first += static_cast<size_t>(r.n);
+  }
+  if (report) {
+    report->draft_accepted = rep.draft_accepted;
   }
   return true;
 }

@@ -1,8 +1,11 @@
 // The request scheduler of `minfer serve`: a bounded queue, N slots (one KV sequence each),
 // prefix reuse, LRU choice of the slot to overwrite, cancellation, and the step that turns the
 // running slots into one Batch (the next token of every decoding slot plus up to `chunk` prompt
-// tokens of the slots being prefilled, oldest first), runs it and samples per slot. Plain C++: no HTTP, no CUDA; the engine is
-// reached through StepModel, so tests drive it in-process with a fake.
+// tokens of the slots being prefilled, oldest first), runs it and samples per slot. With prompt
+// lookup on (SchedulerConfig::lookup_n), a decoding slot also sends the tokens that followed the
+// latest earlier occurrence of its last n tokens, and keeps those its own sampling confirms.
+// Plain C++: no HTTP, no CUDA; the engine is reached through StepModel, so tests drive it
+// in-process with a fake.
 //
 // Threads: submit(), cancel flags and stats() may be called from any thread; step() only from
 // the one step-loop thread (the engine is single-threaded).
@@ -36,6 +39,9 @@ class StepModel {
   /// Forgets positions >= n_keep of sequence `seq`.
   virtual void keep_prefix(int32_t seq, int32_t n_keep) = 0;
   virtual int64_t n_vocab() const = 0;
+  /// Most tokens of one sequence a forward may hold with every token's logits bitwise those of
+  /// one-token forwards (drafted tokens per slot stay below it). No limit by default.
+  virtual int64_t exact_step_tokens() const { return INT32_MAX; }
 };
 
 /// The Engine behind StepModel. Gives slot s the KV cells [s * slot_ctx, (s + 1) * slot_ctx),
@@ -49,6 +55,7 @@ class EngineStepModel final : public StepModel {
   std::span<const float> forward(const Batch& batch) override { return engine_.forward_view(batch); }
   void keep_prefix(int32_t seq, int32_t n_keep) override { engine_.truncate(n_keep, seq); }
   int64_t n_vocab() const override { return engine_.n_vocab(); }
+  int64_t exact_step_tokens() const override { return engine_.exact_step_tokens(); }
 
  private:
   Engine& engine_;
@@ -91,6 +98,15 @@ struct SchedulerConfig {
   int32_t slot_ctx = 512;      ///< KV cells per slot: a prompt plus its output must fit
   int32_t chunk = 256;         ///< most prompt tokens per step, of one or several prompts (chunked prefill)
   int32_t max_queue = 64;      ///< waiting requests beyond the running ones
+  /// Prompt lookup speculation (llama.cpp's --spec-type ngram-simple): > 0 is the n-gram size; a
+  /// decoding slot drafts what followed the latest earlier occurrence of the last lookup_n tokens
+  /// of its prompt and output, and the step verifies the drafts with the slot's own sampler, row
+  /// by row: a drafted token is kept while it is the token sampled at its position. The tokens
+  /// are those of decoding without drafts, for greedy and seeded sampling alike (one draw per
+  /// emitted token, from the same logits). 0: off.
+  int32_t lookup_n = 0;
+  int32_t draft_max = 16;      ///< most tokens drafted per slot per step
+  int32_t draft_min = 0;       ///< a lookup that finds fewer tokens drafts none
 };
 
 /// Request-duration histogram buckets (seconds, upper bounds; +Inf implied).
@@ -104,6 +120,8 @@ struct SchedulerStats {
   int64_t kv_cells_total = 0;
   uint64_t prompt_tokens = 0;     ///< prompt tokens prefilled (reused ones not counted)
   uint64_t generated_tokens = 0;
+  uint64_t draft_tokens = 0;      ///< tokens drafted by prompt lookup and sent to the model
+  uint64_t draft_accepted = 0;    ///< of those, kept (the token sampled at their position)
   uint64_t requests_finished = 0;
   uint64_t duration_counts[std::size(kDurationBuckets) + 1] = {};  ///< per bucket, not cumulative
   double duration_sum = 0.0;
@@ -111,7 +129,9 @@ struct SchedulerStats {
 
 /// What one step ran (for tests and logs).
 struct StepReport {
-  int32_t decode_tokens = 0;
+  int32_t decode_tokens = 0;           ///< one per decoding slot, drafts not counted
+  int32_t draft_tokens = 0;            ///< drafted tokens in the batch (all slots)
+  int32_t draft_accepted = 0;          ///< of those, kept
   int32_t prefill_tokens = 0;          ///< prompt tokens of all prefilling slots together
   int32_t prefill_slot = -1;           ///< the first (oldest) slot prefilled, -1 for none
   std::vector<int32_t> prefill_slots;  ///< every slot prefilled, in batch (admission) order
@@ -120,7 +140,8 @@ struct StepReport {
 class Scheduler {
  public:
   /// Throws minfer::Error for a config value out of range (n_slots, slot_ctx, chunk < 1,
-  /// max_queue < 0).
+  /// max_queue < 0, lookup_n outside [0, 64], draft_max outside [1, 256], draft_min outside
+  /// [0, draft_max]).
   Scheduler(StepModel& model, const SchedulerConfig& config);
 
   /// Queues `r`. Returns false (and does not keep it) when max_queue requests already wait or
@@ -158,6 +179,7 @@ class Scheduler {
     std::unique_ptr<Sampler> sampler;
     std::vector<int32_t> history;      ///< prompt + generated (penalties)
     int32_t next_token = -1;           ///< sampled, not yet in the KV (Decode)
+    std::vector<int32_t> draft;        ///< tokens drafted after next_token in this step's batch
     int32_t generated = 0;
     int32_t cached_prompt = 0;
     uint64_t last_used = 0;            ///< step counter of the last assignment (LRU)
@@ -170,6 +192,9 @@ class Scheduler {
   };
 
   void admit_locked();
+  /// The tokens prompt lookup drafts for decoding slot `s` this step (none when off or capped
+  /// to nothing by the slot's room, max_tokens or the model's exact step).
+  std::vector<int32_t> draft_for(const Slot& s) const;
   void finish(Slot& s, FinishReason reason, const std::string& error = {});
   void record_duration(std::chrono::steady_clock::time_point t_submit);
 

@@ -99,6 +99,55 @@ TEST_P(ServerBatchInvariance, GreedyLogitsAreBitwiseEqualAloneAndBesideOtherRequ
   }
 }
 
+// Prompt lookup: drafted tokens verified in the slot's forward give every token the logits of
+// decoding without drafts, bitwise, with other requests in the same steps.
+TEST_P(ServerBatchInvariance, LookupDraftsKeepGreedyLogitsBitwise) {
+  test::SynthSpec spec;
+  spec.arch = "qwen3";
+  spec.type = TensorType::Q4_K;
+  auto model = Model::load(test::write_synth_model(spec, test::temp_dir()).string());
+  // A prompt that repeats: its own 2-grams give drafts from the first decode step on.
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 3; ++i)
+    for (int32_t t : {11, 200, 37, 5, 480, 99, 123, 7}) prompt.push_back(t);
+  constexpr int32_t kGen = 40;
+  const auto generate = [&](int32_t lookup_n, std::shared_ptr<Trace> mine, std::shared_ptr<Trace> other,
+                            int* drafted) {
+    Engine e(model, config(GetParam()));
+    EngineStepModel m(e, kSlots, kSlotCtx);
+    SchedulerConfig sc{kSlots, kSlotCtx, 16, 16};
+    sc.lookup_n = lookup_n;
+    sc.draft_max = 6;
+    Scheduler s(m, sc);
+    ASSERT_TRUE(s.submit(traced({3, 4, 5, 6, 7, 8, 9, 3, 4, 5, 6}, 30, other)));
+    s.step();
+    ASSERT_TRUE(s.submit(traced(prompt, kGen, mine)));
+    for (int i = 0; i < 2000 && !s.idle(); ++i) {
+      StepReport rep;
+      s.step(&rep);
+      *drafted += rep.draft_tokens;
+    }
+    ASSERT_TRUE(s.idle());
+  };
+  auto plain = std::make_shared<Trace>(), spec_t = std::make_shared<Trace>();
+  auto plain_o = std::make_shared<Trace>(), spec_o = std::make_shared<Trace>();
+  int plain_drafted = 0, drafted = 0;
+  generate(0, plain, plain_o, &plain_drafted);
+  generate(2, spec_t, spec_o, &drafted);
+  EXPECT_EQ(plain_drafted, 0);
+  EXPECT_GT(drafted, 0);
+  ASSERT_EQ(plain->tokens.size(), static_cast<size_t>(kGen));
+  ASSERT_EQ(spec_t->tokens, plain->tokens);
+  ASSERT_EQ(spec_o->tokens, plain_o->tokens);
+  const size_t nv = plain->logits.front().size();
+  for (size_t i = 0; i < plain->logits.size(); ++i)
+    ASSERT_EQ(0, std::memcmp(plain->logits[i].data(), spec_t->logits[i].data(), nv * sizeof(float)))
+        << "logits of generated token " << i << " differ with lookup drafts";
+  for (size_t i = 0; i < plain_o->logits.size(); ++i)
+    ASSERT_EQ(0, std::memcmp(plain_o->logits[i].data(), spec_o->logits[i].data(), nv * sizeof(float)))
+        << "logits of the other request's token " << i << " differ";
+}
+
 INSTANTIATE_TEST_SUITE_P(KvTypes, ServerBatchInvariance,
                          ::testing::Values(TensorType::F32, TensorType::F16, TensorType::Q8_0),
                          [](const auto& param_info) { return std::string(type_name(param_info.param)); });

@@ -1,5 +1,6 @@
 // The server's request scheduler in-process, with a fake model: batch formation, chunked
-// prefill, prefix reuse, LRU slot choice, cancellation, the bounded queue and errors.
+// prefill, prefix reuse, LRU slot choice, cancellation, the bounded queue, errors, and prompt
+// lookup speculation.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -20,6 +21,9 @@ class FakeModel : public StepModel {
   std::map<int32_t, std::vector<int32_t>> held;  ///< seq -> tokens at positions 0..n-1
   std::vector<std::pair<int32_t, int32_t>> keeps;  ///< keep_prefix calls
   bool fail_next = false;
+  /// > 0: the row also gives (token + 2) % kVocab this logit (sampling then has two likely tokens).
+  float second = 0.0f;
+  int64_t exact = INT32_MAX;  ///< exact_step_tokens()
 
   std::span<const float> forward(const Batch& b) override {
     if (fail_next) {
@@ -35,6 +39,7 @@ class FakeModel : public StepModel {
       if (b.logits[i]) {
         std::vector<float> row(kVocab, 0.0f);
         row[static_cast<size_t>((b.tokens[i] + 1) % kVocab)] = 10.0f;
+        if (second > 0.0f) row[static_cast<size_t>((b.tokens[i] + 2) % kVocab)] = second;
         out_.insert(out_.end(), row.begin(), row.end());
       }
     }
@@ -46,6 +51,7 @@ class FakeModel : public StepModel {
     if (static_cast<int32_t>(h.size()) > n) h.resize(static_cast<size_t>(n));
   }
   int64_t n_vocab() const override { return kVocab; }
+  int64_t exact_step_tokens() const override { return exact; }
 
  private:
   std::vector<float> out_;
@@ -367,6 +373,176 @@ TEST(ServerScheduler, MetricsCountTokensAndDurations) {
   uint64_t n = 0;
   for (uint64_t c : st.duration_counts) n += c;
   EXPECT_EQ(n, 1u);
+}
+
+SchedulerConfig lookup_config(int32_t slots, int32_t slot_ctx, int32_t n_gram, int32_t draft_max = 16) {
+  SchedulerConfig c = config(slots, 64, slot_ctx);
+  c.lookup_n = n_gram;
+  c.draft_max = draft_max;
+  return c;
+}
+
+// What one request produced and what its slot's KV held at the end, and the steps it took.
+struct LookupRun {
+  std::vector<int32_t> tokens;
+  FinishInfo fin;
+  std::vector<int32_t> slot_kv, model_kv;
+  int steps = 0;
+  int drafted = 0, accepted = 0;
+  int max_slot_tokens = 0;  ///< most tokens of one sequence in a batch
+  int32_t max_position = -1;
+};
+
+LookupRun run_one(FakeModel& m, const SchedulerConfig& cfg, std::shared_ptr<Request> r,
+                  const std::shared_ptr<Recorded>& rec) {
+  Scheduler s(m, cfg);
+  EXPECT_TRUE(s.submit(std::move(r)));
+  LookupRun out;
+  for (int i = 0; i < 1000 && !s.idle(); ++i) {
+    StepReport rep;
+    s.step(&rep);
+    ++out.steps;
+    out.drafted += rep.draft_tokens;
+    out.accepted += rep.draft_accepted;
+  }
+  EXPECT_TRUE(s.idle());
+  for (const Batch& b : m.batches) {
+    std::map<int32_t, int> per_seq;
+    for (size_t i = 0; i < b.tokens.size(); ++i) {
+      out.max_slot_tokens = std::max(out.max_slot_tokens, ++per_seq[b.seq_ids[i]]);
+      out.max_position = std::max(out.max_position, b.positions[i]);
+    }
+  }
+  out.tokens = rec->tokens;
+  out.fin = rec->fin;
+  out.slot_kv = s.slot_tokens(0);
+  out.model_kv = m.held[0];
+  const SchedulerStats st = s.stats();
+  EXPECT_EQ(st.draft_tokens, static_cast<uint64_t>(out.drafted));
+  EXPECT_EQ(st.draft_accepted, static_cast<uint64_t>(out.accepted));
+  return out;
+}
+
+// A prompt that repeats itself: the lookup drafts what followed the last 2-gram earlier, the fake
+// model (next = last + 1) keeps the drafts it agrees with, and the output, the finish and the KV
+// are those of decoding without drafts, in fewer steps. The KV never keeps a rejected draft.
+TEST(ServerScheduler, LookupDraftsKeepTheOutputOfPlainDecodingInFewerSteps) {
+  const std::vector<int32_t> prompt = {5, 6, 7, 8, 9, 10, 11, 2, 3, 5, 6};
+  auto plain_rec = std::make_shared<Recorded>(), spec_rec = std::make_shared<Recorded>();
+  FakeModel plain_m, spec_m;
+  const LookupRun plain = run_one(plain_m, config(1, 64, 64), greedy_request(prompt, 12, plain_rec), plain_rec);
+  const LookupRun spec = run_one(spec_m, lookup_config(1, 64, 2), greedy_request(prompt, 12, spec_rec), spec_rec);
+  EXPECT_EQ(plain.tokens, (std::vector<int32_t>{7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18}));
+  EXPECT_EQ(spec.tokens, plain.tokens);
+  EXPECT_EQ(spec.fin.reason, FinishReason::Length);
+  EXPECT_EQ(spec.fin.completion_tokens, 12);
+  EXPECT_EQ(spec.slot_kv, plain.slot_kv);
+  EXPECT_EQ(spec.model_kv, plain.model_kv);
+  EXPECT_EQ(spec.slot_kv.size(), prompt.size() + 11);  // the 12th token never entered
+  // After the prefill samples 7, the tail (6, 7) occurred at 1: drafts 8 9 10 11 2 3 5 6 7 (9, up
+  // to the 10 tokens left after this row); the model takes 8 9 10 11 and gives 12 for the 2.
+  // Then the tail (11, 12) and later ones never occurred before: no drafts.
+  EXPECT_EQ(spec.drafted, 9);
+  EXPECT_EQ(spec.accepted, 4);
+  EXPECT_EQ(plain.steps, 12);  // the prefill, then one token per step
+  EXPECT_EQ(spec.steps, 8);
+  EXPECT_EQ(plain.drafted, 0);
+}
+
+// Seeded sampling (two likely tokens per row): one draw per emitted token from the same logits,
+// so the tokens are those of decoding without drafts, token for token.
+TEST(ServerScheduler, LookupKeepsSeededSamplingTokenForToken) {
+  std::vector<int32_t> prompt;  // 0 .. 63: wherever the output's last two tokens are t, t + 1, the lookup drafts
+  for (int i = 0; i < kVocab; ++i) prompt.push_back(i);
+  for (uint64_t seed : {1u, 2u, 3u}) {
+    auto plain_rec = std::make_shared<Recorded>(), spec_rec = std::make_shared<Recorded>();
+    FakeModel plain_m, spec_m;
+    plain_m.second = spec_m.second = 9.0f;  // p(second) = 1 / (1 + e) ~ 0.27
+    auto rp = greedy_request(prompt, 40, plain_rec), rs = greedy_request(prompt, 40, spec_rec);
+    for (Request* r : {rp.get(), rs.get()}) {
+      r->sampling.temp = 1.0f;
+      r->sampling.seed = seed;
+    }
+    const LookupRun plain = run_one(plain_m, config(1, 64, 128), rp, plain_rec);
+    const LookupRun spec = run_one(spec_m, lookup_config(1, 128, 2), rs, spec_rec);
+    EXPECT_EQ(spec.tokens, plain.tokens) << "seed " << seed;
+    EXPECT_EQ(spec.model_kv, plain.model_kv) << "seed " << seed;
+    EXPECT_GT(spec.drafted, 0) << "seed " << seed;
+    EXPECT_GT(spec.accepted, 0) << "seed " << seed;
+    EXPECT_LT(spec.accepted, spec.drafted) << "seed " << seed;  // some drafts were refused
+    EXPECT_LT(spec.steps, plain.steps) << "seed " << seed;
+  }
+}
+
+// Drafts never pass the slot's last cell, max_tokens or the model's exact step; a stop string on
+// a kept draft ends the request there and the drafts after it leave the KV.
+TEST(ServerScheduler, LookupDraftsStayInsideTheSlotTheBudgetAndTheExactStep) {
+  std::vector<int32_t> prompt;  // 1 .. 15, 1 .. 5: after 6, the lookup of (6) drafts 7 .. 15, 1, ...
+  for (int i = 1; i <= 15; ++i) prompt.push_back(i);
+  for (int i = 1; i <= 5; ++i) prompt.push_back(i);
+  {  // the slot's context: 32 cells
+    auto plain_rec = std::make_shared<Recorded>(), spec_rec = std::make_shared<Recorded>();
+    FakeModel plain_m, spec_m;
+    const LookupRun plain = run_one(plain_m, config(1, 64, 32), greedy_request(prompt, -1, plain_rec), plain_rec);
+    const LookupRun spec = run_one(spec_m, lookup_config(1, 32, 1), greedy_request(prompt, -1, spec_rec), spec_rec);
+    EXPECT_EQ(spec.tokens, plain.tokens);
+    EXPECT_EQ(spec.fin.reason, FinishReason::Length);
+    EXPECT_LE(spec.max_position, 31);
+    EXPECT_EQ(spec.slot_kv, plain.slot_kv);
+    EXPECT_GT(spec.drafted, 0);
+  }
+  {  // max_tokens 3, and an exact step of 3 tokens per sequence
+    auto plain_rec = std::make_shared<Recorded>(), spec_rec = std::make_shared<Recorded>();
+    FakeModel plain_m, spec_m;
+    spec_m.exact = 3;
+    const LookupRun plain = run_one(plain_m, config(1, 64, 64), greedy_request({1, 2, 3, 1, 2}, 3, plain_rec), plain_rec);
+    const LookupRun spec = run_one(spec_m, lookup_config(1, 64, 1), greedy_request({1, 2, 3, 1, 2}, 3, spec_rec), spec_rec);
+    EXPECT_EQ(spec.tokens, plain.tokens);
+    EXPECT_EQ(spec.tokens, (std::vector<int32_t>{3, 4, 5}));
+    EXPECT_EQ(spec.slot_kv, plain.slot_kv);
+    EXPECT_EQ(spec.model_kv, plain.model_kv);
+    EXPECT_EQ(spec.drafted, 1);  // after 3: the lookup of (3) finds 1 2 3 1 2 3, one row left
+    EXPECT_EQ(spec.accepted, 0);
+    FakeModel long_m;
+    long_m.exact = 3;
+    std::vector<int32_t> rep;  // 0 .. 29, 0 .. 9
+    for (int i = 0; i < 30; ++i) rep.push_back(i);
+    for (int i = 0; i < 10; ++i) rep.push_back(i);
+    auto rec = std::make_shared<Recorded>();
+    const LookupRun r = run_one(long_m, lookup_config(1, 64, 2), greedy_request(rep, 20, rec), rec);
+    EXPECT_GT(r.drafted, 0);
+    // A batch's prefill is one sequence's prompt too: only decode steps are bounded.
+    for (const Batch& b : long_m.batches)
+      if (b.tokens.size() < rep.size()) {
+        EXPECT_LE(b.tokens.size(), 3u);
+      }
+  }
+  {  // stop on a kept draft
+    auto rec = std::make_shared<Recorded>();
+    FakeModel m;
+    auto r = greedy_request({5, 6, 7, 8, 9, 5, 6}, 20, rec);
+    r->on_token = [rec](int32_t t, std::span<const float>) {
+      rec->tokens.push_back(t);
+      return t == 9 ? TokenAction::Stop : TokenAction::Continue;
+    };
+    const LookupRun spec = run_one(m, lookup_config(1, 64, 2), r, rec);
+    EXPECT_EQ(spec.tokens, (std::vector<int32_t>{7, 8, 9}));
+    EXPECT_EQ(spec.fin.reason, FinishReason::Stop);
+    EXPECT_EQ(spec.accepted, 2);  // 8 and 9 were drafts (after the tail 6 7 from position 1)
+    EXPECT_EQ(spec.slot_kv, (std::vector<int32_t>{5, 6, 7, 8, 9, 5, 6, 7, 8}));  // 9 never entered
+    EXPECT_EQ(spec.model_kv, spec.slot_kv);
+  }
+}
+
+TEST(ServerScheduler, LookupSettingsOutOfRangeAreRefused) {
+  FakeModel m;
+  SchedulerConfig c = lookup_config(1, 64, 65);
+  EXPECT_THROW(Scheduler(m, c), Error);
+  c = lookup_config(1, 64, 2, 0);
+  EXPECT_THROW(Scheduler(m, c), Error);
+  c = lookup_config(1, 64, 2, 4);
+  c.draft_min = 5;
+  EXPECT_THROW(Scheduler(m, c), Error);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "core/ascii.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/printable.h"
 #include "engine/engine.h"
 #include "gguf/gguf.h"
 #include "options.h"
@@ -37,6 +38,7 @@ struct ServeArgs {
   int64_t max_body = int64_t{8} << 20;
   int timeout = 600;
   int32_t chunk = 256;
+  SpeculativeArgs spec;  ///< prompt lookup only (a draft model is refused)
 };
 
 #ifdef MINFER_HAS_SERVER
@@ -48,6 +50,12 @@ void serve(const ServeArgs& a) {
   if (a.max_body < 1) fail("--max-body {} must be at least 1 byte", a.max_body);
   if (a.timeout < 1) fail("--timeout {} must be at least 1 second", a.timeout);
   if (a.chunk < 1) fail("--prefill-chunk {} must be at least 1 token", a.chunk);
+  if (!a.spec.draft_model.empty())
+    fail("serve: a draft model (-md {}) is not supported by the server yet; prompt lookup is (--lookup N or "
+         "--spec-type ngram-simple)",
+         printable(a.spec.draft_model));
+  bool speculate = false;
+  const SpeculativeParams spec = a.spec.params(&speculate);
   if (a.model.ctx > 0 && a.model.ctx / a.parallel < server::kSlotCellAlign)
     fail("-c {} over --parallel {} leaves {} cells per slot; a slot needs at least {}", a.model.ctx, a.parallel,
          a.model.ctx / a.parallel, server::kSlotCellAlign);
@@ -94,6 +102,9 @@ void serve(const ServeArgs& a) {
   sc.slot_ctx = static_cast<int32_t>(per_slot);
   sc.chunk = a.chunk;
   sc.max_queue = a.max_queue;
+  sc.lookup_n = speculate ? spec.lookup_n : 0;
+  sc.draft_max = spec.n_max;
+  sc.draft_min = spec.n_min;
   server::Scheduler sched(step_model, sc);
   std::optional<chat::ChatTemplate> tmpl;
   if (!tk.chat_template().empty()) {
@@ -124,7 +135,10 @@ void serve(const ServeArgs& a) {
   sm.scheduler = &sched;
   sm.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   http.set_ready(sm);
-  log_info("serve: ready on http://{}:{} ({} slots of {} tokens)", a.host, http.port(), a.parallel, per_slot);
+  log_info("serve: ready on http://{}:{} ({} slots of {} tokens{})", a.host, http.port(), a.parallel, per_slot,
+           sc.lookup_n > 0 ? fmt::format(", prompt lookup of {}-grams, up to {} drafted tokens", sc.lookup_n,
+                                         std::min<int64_t>(sc.draft_max, lm.engine->exact_step_tokens() - 1))
+                           : std::string());
 
   int sig = 0;
   sigwait(&sigs, &sig);
@@ -170,6 +184,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--timeout", args->timeout, "socket read/write timeout and the shutdown grace period, seconds")
       ->capture_default_str();
   cmd->add_option("--prefill-chunk", args->chunk, "most prompt tokens prefilled per step")->capture_default_str();
+  args->spec.add(cmd);
   cmd->callback([args] { serve(*args); });
 }
 
