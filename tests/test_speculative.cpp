@@ -402,5 +402,32 @@ TEST(SpeculativeCli, OptionsParseInBothSpellingsAndBadValuesAreOneLineErrors) {
   EXPECT_EQ(c.status, 0) << c.out;
 }
 
+// serve takes prompt lookup (docs/server.md); a draft model and bad values are one-line errors
+// before the port is bound.
+TEST(SpeculativeCli, ServeRefusesADraftModelAndBadLookupValuesInOneLine) {
+  const std::string bin = test::minfer_bin();
+  const std::string model = test::repo_demo_model();
+  if (test::run_shell(bin + " serve -m /nonexistent.gguf --port 0 2>&1").out.find("built without the server") !=
+      std::string::npos)
+    GTEST_SKIP() << "minfer was built without the server";
+  struct Bad {
+    std::string flags, says;
+  };
+  const Bad bad[] = {
+      {" -md " + model, "serve: a draft model (-md " + model + ") is not supported by the server yet"},
+      {" --lookup 0", "--lookup 0 is out of range"},
+      {" --lookup 2 --spec-draft-n-max 0", "--spec-draft-n-max 0 is out of range"},
+      {" --lookup 2 --draft-min 9 --draft-max 4", "--spec-draft-n-min 9 is not in [0, --spec-draft-n-max 4]"},
+      {" --spec-type medusa", "--spec-type 'medusa' is not known"},
+  };
+  for (const Bad& b : bad) {
+    const test::CommandResult r = test::run_shell("timeout -s KILL 30 " + bin + " serve -m " + model +
+                                                  " --host 127.0.0.1 --port 0" + b.flags + " 2>&1");
+    EXPECT_EQ(r.status, 1) << b.flags << "\n" << r.out;
+    EXPECT_NE(r.out.find(b.says), std::string::npos) << b.flags << "\n" << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << b.flags << "\n" << r.out;
+  }
+}
+
 }  // namespace
 }  // namespace minfer

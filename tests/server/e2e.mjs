@@ -459,6 +459,44 @@ async function main() {
       assertEq(await stopServer(q), 0, 'second server exit code');
     }
   });
+
+  // Prompt lookup (--lookup 3): the same requests on a server without it and one with it give
+  // the same texts, greedy, seeded and with a stop string, and the lookup server drafted tokens.
+  await test('prompt_lookup_server_gives_the_texts_of_plain_decoding', async () => {
+    const plain = await startServer(['-np', '2', '-c', '1024']);
+    const spec = await startServer(['-np', '2', '-c', '1024', '--lookup', '3']);
+    try {
+      const repeat = 'def area(w, h):\n    return w * h\n\n\ndef area(w, h):\n';
+      const reqs = [
+        { model: 'demo', prompt: repeat, temperature: 0, max_tokens: 48 },
+        { model: 'demo', prompt: repeat, temperature: 0.8, top_p: 1, seed: 7, max_tokens: 32 },
+        { model: 'demo', prompt: 'import os\nimport sys\nimport os\n', temperature: 0, max_tokens: 24 },
+      ];
+      const texts = async (srv) => {
+        const c = new OpenAI({ baseURL: `${srv.url}/v1`, apiKey: 'none', maxRetries: 0, timeout: 60000 });
+        const out = [];
+        for (const r of reqs) out.push((await c.completions.create(r)).choices[0].text);
+        out.push((await c.chat.completions.create(greedy(QUESTIONS[3], 24))).choices[0].message.content);
+        const all = await Promise.all(reqs.map((r) => collectCompletionStream(c, r).then((x) => x.text)));
+        out.push(...all);
+        return { c, out };
+      };
+      const a = await texts(plain), b = await texts(spec);
+      assertEq(b.out, a.out, 'texts with prompt lookup');
+      const full = a.out[0];
+      const stop = full.slice(10, 14);
+      assert(stop.length === 4, `the reference text is too short: ${JSON.stringify(full)}`);
+      const r = await b.c.completions.create({ ...reqs[0], stop });
+      assertEq(r.choices[0].text, full.slice(0, full.indexOf(stop)), 'text before the stop string');
+      assertEq(r.choices[0].finish_reason, 'stop', 'finish_reason');
+      assert(await metric(spec.url, 'minfer_draft_tokens_total') > 0, 'the lookup server drafted tokens');
+      assert(await metric(spec.url, 'minfer_draft_accepted_tokens_total') > 0, 'and kept some');
+      assertEq(await metric(plain.url, 'minfer_draft_tokens_total'), 0, 'the plain server drafted none');
+    } finally {
+      assertEq(await stopServer(plain), 0, 'plain server exit code');
+      assertEq(await stopServer(spec), 0, 'lookup server exit code');
+    }
+  });
 }
 
 try {
