@@ -388,6 +388,8 @@ TEST(SpeculativeCli, OptionsParseInBothSpellingsAndBadValuesAreOneLineErrors) {
       {" --lookup 0", "--lookup 0 is out of range"},
       {" --spec-type medusa", "--spec-type 'medusa' is not known"},
       {" -md " + model + " --lookup 3", "exclude each other"},
+      {" --lookup 3 --spec-type none", "--spec-type none turns speculation off, which contradicts --lookup 3"},
+      {" --spec-type NONE -md " + model, "--spec-type none turns speculation off, which contradicts -md/--model-draft"},
       {" -md " + model + " --device-draft tpu", "device 'tpu' is not known"},
   };
   for (const Bad& b : bad) {
@@ -419,6 +421,7 @@ TEST(SpeculativeCli, ServeRefusesADraftModelAndBadLookupValuesInOneLine) {
       {" --lookup 2 --spec-draft-n-max 0", "--spec-draft-n-max 0 is out of range"},
       {" --lookup 2 --draft-min 9 --draft-max 4", "--spec-draft-n-min 9 is not in [0, --spec-draft-n-max 4]"},
       {" --spec-type medusa", "--spec-type 'medusa' is not known"},
+      {" --spec-type none --lookup 5", "--spec-type none turns speculation off, which contradicts --lookup 5"},
   };
   for (const Bad& b : bad) {
     const test::CommandResult r = test::run_shell("timeout -s KILL 30 " + bin + " serve -m " + model +

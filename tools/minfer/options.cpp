@@ -325,6 +325,9 @@ SpeculativeParams SpeculativeArgs::params(bool* enabled) const {
   const std::string kind = ascii_lower(type);  // choices are case-insensitive, as everywhere
   if (!kind.empty() && kind != "none" && kind != "draft" && kind != "ngram-simple")
     fail("--spec-type '{}' is not known (use none, draft or ngram-simple)", printable(type));
+  if (kind == "none" && (!lookup.empty() || !draft_model.empty()))
+    fail("--spec-type none turns speculation off, which contradicts {}",
+         !lookup.empty() ? fmt::format("--lookup {}", p.lookup_n) : "-md/--model-draft");
   if (kind == "ngram-simple" && p.lookup_n == 0) p.lookup_n = 3;
   if (kind == "draft" && draft_model.empty()) fail("--spec-type draft needs a draft model (-md FILE)");
   if (!draft_model.empty() && p.lookup_n > 0)
@@ -337,7 +340,7 @@ SpeculativeParams SpeculativeArgs::params(bool* enabled) const {
     std::fclose(f);
   }
   validate(p);
-  *enabled = type != "none" && (!draft_model.empty() || p.lookup_n > 0);
+  *enabled = !draft_model.empty() || p.lookup_n > 0;
   return p;
 }
 
