@@ -24,11 +24,11 @@ Scheduler::Scheduler(StepModel& model, const SchedulerConfig& config) : model_(m
   if (cfg_.slot_ctx < 2) fail("server: a slot's context {} must be at least 2 tokens", cfg_.slot_ctx);
   if (cfg_.chunk < 1) fail("server: the prefill chunk {} must be at least 1 token", cfg_.chunk);
   if (cfg_.max_queue < 0) fail("server: --max-queue {} must not be negative", cfg_.max_queue);
-  if (cfg_.lookup_n < 0 || cfg_.lookup_n > 64) fail("server: --lookup {} must be in [0, 64]", cfg_.lookup_n);
-  if (cfg_.draft_max < 1 || cfg_.draft_max > 256)
-    fail("server: --spec-draft-n-max {} must be in [1, 256]", cfg_.draft_max);
-  if (cfg_.draft_min < 0 || cfg_.draft_min > cfg_.draft_max)
-    fail("server: --spec-draft-n-min {} must be in [0, --spec-draft-n-max {}]", cfg_.draft_min, cfg_.draft_max);
+  SpeculativeParams lookup;  // the ranges of run's speculation options
+  lookup.lookup_n = cfg_.lookup_n;
+  lookup.n_max = cfg_.draft_max;
+  lookup.n_min = cfg_.draft_min;
+  validate(lookup);
   slots_.resize(static_cast<size_t>(cfg_.n_slots));
   totals_.kv_cells_total = static_cast<int64_t>(cfg_.n_slots) * cfg_.slot_ctx;
 }
@@ -324,9 +324,7 @@ bool Scheduler::step(StepReport* report) {
     totals_.draft_tokens += static_cast<uint64_t>(r.n - 1);
     first += static_cast<size_t>(r.n);
   }
-  if (report) {
-    report->draft_accepted = rep.draft_accepted;
-  }
+  if (report) report->draft_accepted = rep.draft_accepted;
   return true;
 }
 

@@ -54,8 +54,8 @@ void serve(const ServeArgs& a) {
     fail("serve: a draft model (-md {}) is not supported by the server yet; prompt lookup is (--lookup N or "
          "--spec-type ngram-simple)",
          printable(a.spec.draft_model));
-  bool speculate = false;
-  const SpeculativeParams spec = a.spec.params(&speculate);
+  bool on = false;  // == (spec.lookup_n > 0): a draft model is refused above
+  const SpeculativeParams spec = a.spec.params(&on);
   if (a.model.ctx > 0 && a.model.ctx / a.parallel < server::kSlotCellAlign)
     fail("-c {} over --parallel {} leaves {} cells per slot; a slot needs at least {}", a.model.ctx, a.parallel,
          a.model.ctx / a.parallel, server::kSlotCellAlign);
@@ -102,7 +102,7 @@ void serve(const ServeArgs& a) {
   sc.slot_ctx = static_cast<int32_t>(per_slot);
   sc.chunk = a.chunk;
   sc.max_queue = a.max_queue;
-  sc.lookup_n = speculate ? spec.lookup_n : 0;
+  sc.lookup_n = spec.lookup_n;
   sc.draft_max = spec.n_max;
   sc.draft_min = spec.n_min;
   server::Scheduler sched(step_model, sc);
