@@ -38,8 +38,11 @@ def one_request(url, prompt, max_tokens, api_key, timeout):
     usage = None
     done = False
     finish = None
+    last = ""
     for raw in resp:
         line = raw.decode("utf-8", "replace").strip()
+        if line:
+            last = line
         if not line.startswith("data:"):
             continue
         data = line[5:].strip()
@@ -61,13 +64,15 @@ def one_request(url, prompt, max_tokens, api_key, timeout):
     # A stream that ended without [DONE], or stopped before max_tokens (an end-of-generation
     # token the server did not ignore), makes the level's numbers incomparable: counted apart.
     short = not done or finish != "length" or tokens < max_tokens
-    return ttft if ttft is not None else time.monotonic() - t0, tokens, short
+    why = (f"done={done} finish={finish} tokens={tokens} chunks={chunks} "
+           f"last line: {last[:300]!r}") if short else None
+    return ttft if ttft is not None else time.monotonic() - t0, tokens, why
 
 
 def run(url, concurrency, requests, prompt, max_tokens, api_key, timeout):
     """prompt(i): the prompt of request i."""
     lock = threading.Lock()
-    ttfts, tokens, errors, short = [], [0], [], [0]
+    ttfts, tokens, errors, short, shorts = [], [0], [], [0], []
     left = [requests]
 
     def worker():
@@ -78,14 +83,16 @@ def run(url, concurrency, requests, prompt, max_tokens, api_key, timeout):
                 left[0] -= 1
                 i = left[0]
             try:
-                t, n, cut = one_request(url, prompt(i), max_tokens, api_key, timeout)
+                t, n, why = one_request(url, prompt(i), max_tokens, api_key, timeout)
                 with lock:
                     ttfts.append(t)
                     tokens[0] += n
-                    short[0] += cut
+                    if why is not None:
+                        short[0] += 1
+                        shorts.append(why)
             except Exception as e:  # reported, not fatal: the summary says how many failed
                 with lock:
-                    errors.append(str(e))
+                    errors.append(f"{type(e).__name__}: {e}")
 
     t0 = time.monotonic()
     threads = [threading.Thread(target=worker) for _ in range(concurrency)]
@@ -102,6 +109,7 @@ def run(url, concurrency, requests, prompt, max_tokens, api_key, timeout):
         "ttft_median_s": round(statistics.median(ttfts), 4) if ttfts else None,
         "ttft_p90_s": round(ttfts[min(len(ttfts) - 1, int(0.9 * len(ttfts)))], 4) if ttfts else None,
         "first_error": errors[0] if errors else None,
+        "first_short": shorts[0] if shorts else None,
     }
 
 

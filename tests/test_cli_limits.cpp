@@ -149,6 +149,19 @@ TEST(CliLimits, bench_npl_decodes_sequences_together_and_refuses_too_many) {
   expect_one_line_error("bench -m " + model() + " -p 0 -n 2 -npl 65", "-npl 65");
 }
 
+// --n-verify K: forwards of K tokens with every row's logits after the depth, once per depth
+// whatever -npl says; K below 1 is a one-line error.
+TEST(CliLimits, bench_verify_times_forwards_of_k_tokens) {
+  const Result r =
+      sh(test::minfer_bin() + " bench -m " + model() + " -p 0 -n 0 --n-verify 1,3 -d 4 -npl 1,2 -r 1 -t 1 -o jsonl");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("\"n_verify\":3"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"test\":\"v1 @ d4\""), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"test\":\"v3 @ d4\""), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("\"n_parallel\":2"), std::string::npos) << r.out;
+  expect_one_line_error("bench -m " + model() + " -p 0 -n 0 --n-verify 0", "--n-verify");
+}
+
 // bench's KV type follows MINFER_CACHE_TYPE (any case) when -ctk is not given, as run's does.
 TEST(CliLimits, bench_takes_the_cache_type_from_the_environment_unless_ctk_is_given) {
   const std::string cmd = " " + test::minfer_bin() + " bench -m " + model() + " -p 0 -n 1 -r 1 -t 1 -o jsonl";

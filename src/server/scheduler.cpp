@@ -119,12 +119,12 @@ void Scheduler::finish(Slot& s, FinishReason reason, const std::string& error) {
   if (req->on_done) req->on_done(info);
 }
 
-std::vector<int32_t> Scheduler::draft_for(const Slot& s) const {
+std::vector<int32_t> Scheduler::draft_for(const Slot& s, int64_t room) const {
   if (cfg_.lookup_n == 0) return {};
   // Row i of the slot's verify predicts position base + i + 1; the drafts fill positions
   // base + 1 .. base + k, which must be cells of the slot; each row emits at most one token.
   const auto base = static_cast<int64_t>(s.cached.size());
-  int64_t k = std::min<int64_t>(cfg_.draft_max, model_.exact_step_tokens() - 1);
+  int64_t k = std::min<int64_t>(cfg_.draft_max, room);
   k = std::min<int64_t>(k, cfg_.slot_ctx - 1 - base);
   if (s.req->max_tokens >= 0) k = std::min<int64_t>(k, s.req->max_tokens - s.generated - 1);
   if (k <= 0) return {};
@@ -205,10 +205,22 @@ bool Scheduler::step(StepReport* report) {
   };
   std::vector<Row> rows;  // flagged tokens, in batch order
   StepReport rep;
+  // Drafts take what the model's exact step leaves after one token of every decoding slot, in
+  // slot order, so a step that gives one-token logits without them still does (CUDA: 8 tokens).
+  // Where that step is finite, a step with prompt tokens gets none: it leaves the exact kernels
+  // anyway, and the drafted rows would then differ from the later decode steps they stand for.
+  int64_t room = model_.exact_step_tokens();
+  bool prefill_joins = false;
+  for (const Slot& s : slots_) {
+    room -= s.state == SlotState::Decode ? 1 : 0;
+    prefill_joins = prefill_joins || s.state == SlotState::Prefill;
+  }
+  if (prefill_joins && model_.exact_step_tokens() < INT32_MAX) room = 0;
   for (size_t i = 0; i < slots_.size(); ++i) {
     Slot& s = slots_[i];
     if (s.state != SlotState::Decode) continue;
-    s.draft = draft_for(s);
+    s.draft = draft_for(s, room);
+    room -= static_cast<int64_t>(s.draft.size());
     const auto base = static_cast<int32_t>(s.cached.size());
     for (size_t j = 0; j <= s.draft.size(); ++j) {
       b.tokens.push_back(j == 0 ? s.next_token : s.draft[j - 1]);

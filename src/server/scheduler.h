@@ -39,8 +39,9 @@ class StepModel {
   /// Forgets positions >= n_keep of sequence `seq`.
   virtual void keep_prefix(int32_t seq, int32_t n_keep) = 0;
   virtual int64_t n_vocab() const = 0;
-  /// Most tokens of one sequence a forward may hold with every token's logits bitwise those of
-  /// one-token forwards (drafted tokens per slot stay below it). No limit by default.
+  /// Most tokens a forward may hold, all sequences together, with every token's logits bitwise
+  /// those of one-token forwards (the scheduler's drafts never take a step past it, nor join a
+  /// step with prompt tokens when it is finite). No limit by default.
   virtual int64_t exact_step_tokens() const { return INT32_MAX; }
 };
 
@@ -192,9 +193,10 @@ class Scheduler {
   };
 
   void admit_locked();
-  /// The tokens prompt lookup drafts for decoding slot `s` this step (none when off or capped
-  /// to nothing by the slot's room, max_tokens or the model's exact step).
-  std::vector<int32_t> draft_for(const Slot& s) const;
+  /// The tokens prompt lookup drafts for decoding slot `s` this step: at most `room` (what the
+  /// model's exact step leaves), none when off or capped to nothing by the slot's cells or
+  /// max_tokens.
+  std::vector<int32_t> draft_for(const Slot& s, int64_t room) const;
   void finish(Slot& s, FinishReason reason, const std::string& error = {});
   void record_duration(std::chrono::steady_clock::time_point t_submit);
 

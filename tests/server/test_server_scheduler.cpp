@@ -517,6 +517,41 @@ TEST(ServerScheduler, LookupDraftsStayInsideTheSlotTheBudgetAndTheExactStep) {
         EXPECT_LE(b.tokens.size(), 3u);
       }
   }
+  {  // an exact step of 4 tokens shared by three decoding slots: drafts fill what is left of it,
+     // and a step with prompt tokens gets none
+    FakeModel m;
+    m.exact = 4;
+    Scheduler s(m, lookup_config(3, 64, 1));
+    std::vector<std::shared_ptr<Recorded>> recs;
+    for (int32_t base : {0, 20, 40}) {
+      std::vector<int32_t> p;  // base .. base + 9, base .. base + 4: the output base + 5 .. repeats
+      for (int32_t i = 0; i < 10; ++i) p.push_back(base + i);
+      for (int32_t i = 0; i < 5; ++i) p.push_back(base + i);
+      recs.push_back(std::make_shared<Recorded>());
+      ASSERT_TRUE(s.submit(greedy_request(p, 12, recs.back())));
+      s.step();  // prefills this prompt (beside the earlier slots' decode steps)
+    }
+    int drafted = 0;
+    for (int i = 0; i < 200 && !s.idle(); ++i) {
+      StepReport rep;
+      s.step(&rep);
+      drafted += rep.draft_tokens;
+      EXPECT_LE(rep.decode_tokens + rep.draft_tokens, 4) << "step " << i;
+      if (rep.prefill_tokens > 0) {
+        EXPECT_EQ(rep.draft_tokens, 0) << "step " << i;
+      }
+    }
+    ASSERT_TRUE(s.idle());
+    EXPECT_GT(drafted, 0);
+    for (const auto& rec : recs) EXPECT_EQ(rec->tokens.size(), 12u);
+    for (const Batch& b : m.batches) {
+      std::map<int32_t, int> per_seq;
+      for (size_t i = 0; i < b.tokens.size(); ++i) ++per_seq[b.seq_ids[i]];
+      if (b.tokens.size() > 4) {  // a step with a prompt chunk: one token of each decoding slot
+        for (const auto& [seq, n] : per_seq) EXPECT_TRUE(n == 1 || n == 15) << "seq " << seq << ": " << n;
+      }
+    }
+  }
   {  // stop on a kept draft
     auto rec = std::make_shared<Recorded>();
     FakeModel m;

@@ -1,6 +1,8 @@
 // `minfer bench`: llama-bench's tests and fields, so the two tables compare line by line.
 // pp<N>: N random prompt tokens processed in batches (ubatches of -ub) from an empty cache;
-// tg<N>: N tokens generated one per forward pass; pg<P>,<N>: both, one timing. A warm-up run
+// tg<N>: N tokens generated one per forward pass; pg<P>,<N>: both, one timing; v<K> (minfer's
+// own, --n-verify): forwards of K tokens with the logits of every row, each removed again, as a
+// speculative decoder's verify of K - 1 drafts. A warm-up run
 // comes first; each test is repeated -r times; t/s is reported as mean +- sample stddev, and
 // the JSON outputs carry every sample.
 #include <algorithm>
@@ -44,6 +46,7 @@ struct BenchArgs {
   std::vector<std::string> ctv;
   std::vector<std::string> depth{"0"};
   std::vector<std::string> n_parallel{"1"};  ///< sequences decoded together (llama-batched-bench's -npl)
+  std::vector<std::string> n_verify;         ///< verify forwards of K tokens (--n-verify)
   std::vector<std::string> devices{"cpu"};
   int reps = 5;
   std::string output = "md";
@@ -118,8 +121,10 @@ std::string csv_quote(const std::string& raw) {
 struct Test {
   int64_t n_prompt = 0, n_gen = 0, n_depth = 0;
   int64_t n_par = 1;  ///< sequences: each gets the depth and the prompt, then decodes in one batch with the others
+  int64_t n_verify = 0;  ///< tokens of each verify forward (kVerifySteps of them); 0: not a verify test
   std::string name() const {
-    std::string s = n_prompt > 0 && n_gen == 0 ? fmt::format("pp{}", n_prompt)
+    std::string s = n_verify > 0                  ? fmt::format("v{}", n_verify)
+                    : n_prompt > 0 && n_gen == 0 ? fmt::format("pp{}", n_prompt)
                     : n_gen > 0 && n_prompt == 0 ? fmt::format("tg{}", n_gen)
                                                   : fmt::format("pp{}+tg{}", n_prompt, n_gen);
     if (n_depth > 0) s += fmt::format(" @ d{}", n_depth);
@@ -234,7 +239,30 @@ double run_parallel(Engine& e, const Test& t, int64_t n_batch, std::mt19937& rng
 
 // One timed run: optional untimed depth, then the prompt in n_batch chunks, then n_gen single
 // tokens. Returns nanoseconds of the timed part.
+/// Forwards timed by a verify test (v<K>): enough that a 7B's ~3 ms steps add up to ~0.1 s.
+constexpr int kVerifySteps = 32;
+
+// One timed verify run: the untimed depth, then kVerifySteps forwards of K random tokens at
+// positions depth .. depth + K - 1, each with the logits of all K rows (what a speculative
+// decoder's verify of K - 1 drafts computes), each removed from the cache again. Returns
+// nanoseconds.
+double run_verify(Engine& e, const Test& t, int64_t n_batch, std::mt19937& rng) {
+  e.reset();
+  for (int64_t done = 0; done < t.n_depth; done += n_batch)
+    e.decode_view(random_tokens(e, rng, std::min(n_batch, t.n_depth - done)));
+  const auto depth = static_cast<int32_t>(e.n_past(0));
+  const double t0 = now_ns();
+  for (int i = 0; i < kVerifySteps; ++i) {
+    const std::vector<int32_t> v = random_tokens(e, rng, t.n_verify);
+    e.forward_view(Batch::sequence(v, depth, 0, true));
+    e.seq_rm(0, depth, -1);
+  }
+  e.backend().synchronize();
+  return now_ns() - t0;
+}
+
 double run_once(Engine& e, const Test& t, int64_t n_batch, std::mt19937& rng) {
+  if (t.n_verify > 0) return run_verify(e, t, n_batch, rng);
   if (t.n_par > 1) return run_parallel(e, t, n_batch, rng);
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(e.n_vocab() - 1));  // one per decode step
   e.reset();
@@ -353,6 +381,7 @@ nlohmann::ordered_json to_json(const Result& r) {
   j["n_gen"] = r.t.n_gen;
   j["n_depth"] = r.t.n_depth;
   j["n_parallel"] = r.t.n_par;
+  j["n_verify"] = r.t.n_verify;  // minfer's own: tokens of each verify forward (0: not a verify test)
   j["test"] = r.test;
   j["test_time"] = r.test_time;
   double avg_ns = 0;
@@ -437,7 +466,10 @@ void bench(const BenchArgs& args) {
       for (const int64_t n : gens) if (n > 0) tests.push_back({0, n, depth, np});
       for (const auto& [p, n] : pgs) tests.push_back({p, n, depth, np});
     }
-  if (tests.empty()) fail("bench: no tests to run (-p and -n are all 0 and no -pg was given)");
+  // Verify tests are of one sequence: once per depth, whatever -npl says.
+  for (const int64_t depth : int_list(a.depth, "-d", 0))
+    for (const int64_t k : int_list(a.n_verify, "--n-verify", 1)) tests.push_back({0, 0, depth, 1, k});
+  if (tests.empty()) fail("bench: no tests to run (-p and -n are all 0 and no -pg or --n-verify was given)");
   const std::vector<std::string> ctk_given = a.ctk.empty() ? std::vector<std::string>{default_cache_type()} : a.ctk;
   auto ctv = split_list(a.ctv.empty() ? ctk_given : a.ctv, "-ctv");
   auto ctk = split_list(ctk_given, "-ctk");
@@ -512,7 +544,7 @@ void bench(const BenchArgs& args) {
                              int64_t{1} << 30});
       int64_t need = 0, per_seq = 0;
       for (const Test& t : tests) {
-        const int64_t cells = t.n_depth + t.n_prompt + t.n_gen;
+        const int64_t cells = t.n_depth + t.n_prompt + t.n_gen + t.n_verify;
         per_seq = std::max(per_seq, cells);
         need = std::max(need, t.n_par > 1 ? cells_per_sequence(t) * t.n_par : cells);
       }
@@ -549,7 +581,8 @@ void bench(const BenchArgs& args) {
         for (int rep = 0; rep < a.reps; ++rep) {
           const double ns = run_once(engine, t, c.n_batch, rng);
           r.samples_ns.push_back(ns);
-          r.samples_ts.push_back(static_cast<double>((t.n_prompt + t.n_gen) * t.n_par) / (ns / 1e9));
+          const int64_t tokens = t.n_verify > 0 ? t.n_verify * kVerifySteps : (t.n_prompt + t.n_gen) * t.n_par;
+          r.samples_ts.push_back(static_cast<double>(tokens) / (ns / 1e9));
           if (a.progress) log_info("{} {}: rep {} {:.2f} t/s", path, r.test, rep + 1, r.samples_ts.back());
         }
         if (a.output == "jsonl") std::printf("%s\n", to_json(r).dump().c_str());
@@ -605,6 +638,10 @@ void add_bench_command(CLI::App& app) {
                   "sequences per test, decoded together one token each per forward (list; also -npl): "
                   "t/s counts the tokens of all of them")
       ->capture_default_str();
+  cmd->add_option("--n-verify", a->n_verify,
+                  "verify tests v<K> (list; minfer's own): after the depth, forwards of K tokens with the logits "
+                  "of every row, each removed again (a speculative verify of K - 1 drafts); t/s counts the K tokens "
+                  "of every forward, so K / t/s is one verify's time");
   cmd->add_option("-r,--repetitions", a->reps, "repetitions of each test")->capture_default_str();
   cmd->add_option("-t,--threads", a->threads, "CPU threads (list; default: all cores)");
   cmd->add_option("-b,--batch-size", a->n_batch, "tokens per decode call (list)")->capture_default_str();
