@@ -17,6 +17,7 @@
 #include "core/atomic_file.h"
 #include "core/mapped_file.h"
 #include "core/ascii.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "gguf/gguf.h"
 #include "core/log.h"
@@ -118,6 +119,8 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineConfig& config)
   if (cfg_.n_ubatch < 0) fail("ubatch size {} must be positive (or 0 for the device's default)", cfg_.n_ubatch);
   if (cfg_.n_ubatch == 0) cfg_.n_ubatch = default_ubatch(cfg_.device);
   if (cfg_.kv_window_granule <= 0) fail("KV window granule must be positive");
+  dump_path_ = cfg_.graph_dump.empty() ? env_string("MINFER_GRAPH_DUMP") : cfg_.graph_dump;
+  if (!dump_path_.empty()) (void)graph::graph_dump_format(dump_path_);  // a bad extension: an error now
   check_context_fits(h, cfg_.n_ctx, cfg_.kv_type, cfg_.device);
   if (const int64_t per_seq = cfg_.n_seq_ctx > 0 ? std::min(cfg_.n_seq_ctx, cfg_.n_ctx) : cfg_.n_ctx;
       per_seq > h.n_ctx_train)
@@ -173,6 +176,13 @@ Engine::CachedGraph& Engine::graph_for(const graph::GraphParams& params) {
   };
   cg.prepared = std::make_unique<graph::PreparedGraph>(std::move(g), bks, resolver, opt);
   ++graphs_prepared_;
+  if (!dump_path_.empty() && dumps_.size() < kMaxDumpGraphs) {
+    std::string label = fmt::format("ubatch of {} tokens, {} with logits, KV window {} cells, {} KV", params.n_tokens,
+                                    params.n_outputs, params.n_kv, type_name(params.kv_type));
+    if (params.seq_tokens > 0) label += fmt::format(", at most {} tokens of one sequence", params.seq_tokens);
+    dumps_.push_back(graph::snapshot_graph(*cg.prepared, std::move(label)));
+    graph::write_graph_dump(dumps_, dump_path_);
+  }
   graphs_.push_front(std::move(cg));
   if (graphs_.size() > kMaxCachedGraphs) graphs_.pop_back();
   return graphs_.front();

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "graph/backend.h"
+#include "graph/dump.h"
 #include "graph/scheduler.h"
 #include "kv/kv_cache.h"
 #include "kv/session_file.h"
@@ -41,6 +42,10 @@ struct EngineConfig {
   /// Most cells one sequence will hold (0: n_ctx). The training-context warning compares this,
   /// not n_ctx, when the cells are shared by several sequences (bench -npl).
   int64_t n_seq_ctx = 0;
+  /// A file (.dot or .json, graph/dump.h) that receives the prepared graphs, rewritten each time
+  /// a graph of a new ubatch shape is prepared, up to Engine::kMaxDumpGraphs of them. Empty:
+  /// MINFER_GRAPH_DUMP, else no dump. Another extension is refused by the constructor.
+  std::string graph_dump;
 };
 
 /// Tokens to process in one call. Each token has a position and a sequence; `logits[i]` != 0
@@ -188,6 +193,9 @@ class Engine {
   /// Number of graphs prepared so far (cache misses), for tests and diagnostics.
   int64_t graphs_prepared() const { return graphs_prepared_; }
 
+  /// Most prepared graphs a graph dump holds (EngineConfig::graph_dump): the first shapes seen.
+  static constexpr size_t kMaxDumpGraphs = 8;
+
  private:
   /// Sequence `seq`'s session entry (positions, `tokens`) and its cells in position order
   /// (`*cells`). Throws minfer::Error on a bad id or a token count other than the cell count.
@@ -226,6 +234,8 @@ class Engine {
   std::list<CachedGraph> graphs_;  ///< most recently used first
   mutable std::unique_ptr<kv::ModelFingerprint> fingerprint_;
   int64_t graphs_prepared_ = 0;
+  std::string dump_path_;                 ///< graph dump file (EngineConfig::graph_dump), or empty
+  std::vector<graph::GraphDump> dumps_;  ///< what the dump file holds
 };
 
 /// Creates the backend of `kind` (threads for the CPU). Throws minfer::Error when CUDA was not

@@ -52,6 +52,7 @@ struct BenchArgs {
   std::string output = "md";
   bool progress = false;
   bool no_warmup = false;
+  std::string graph_dump;  ///< --graph-dump FILE (EngineConfig::graph_dump)
   std::vector<std::string> ngl, fa, mmap;
   const CLI::Option* device_opt = nullptr;  ///< was --device given?
 };
@@ -470,6 +471,7 @@ void bench(const BenchArgs& args) {
   for (const int64_t depth : int_list(a.depth, "-d", 0))
     for (const int64_t k : int_list(a.n_verify, "--n-verify", 1)) tests.push_back({0, 0, depth, 1, k});
   if (tests.empty()) fail("bench: no tests to run (-p and -n are all 0 and no -pg or --n-verify was given)");
+  if (!a.graph_dump.empty()) (void)graph::graph_dump_format(a.graph_dump);
   const std::vector<std::string> ctk_given = a.ctk.empty() ? std::vector<std::string>{default_cache_type()} : a.ctk;
   auto ctv = split_list(a.ctv.empty() ? ctk_given : a.ctv, "-ctv");
   auto ctk = split_list(ctk_given, "-ctk");
@@ -555,6 +557,7 @@ void bench(const BenchArgs& args) {
       ec.n_seq_ctx = per_seq + 1;
       ec.n_ubatch = static_cast<int32_t>(c.n_ubatch);  // already the value used (configs above)
       ec.kv_type = parse_kv_type(c.kv);
+      ec.graph_dump = results.empty() ? a.graph_dump : std::string();  // the first row's engine
       apply_flash_attn(c.fa);  // for this row's backend (auto: as the environment has it)
       const bool flash = ec.device == graph::BackendKind::Cuda && !env_flag("MINFER_CUDA_NO_FLASH_ATTN");
       Engine engine(model, ec);
@@ -653,6 +656,9 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("-o,--output", a->output, "md, json, jsonl, csv or sql")->capture_default_str();
   cmd->add_flag("--progress", a->progress, "log each repetition");
   cmd->add_flag("--no-warmup", a->no_warmup, "skip the untimed warm-up run before each test");
+  cmd->add_option("--graph-dump", a->graph_dump,
+                  "write the prepared compute graphs of the first row (one per ubatch shape, at most 8) to FILE: "
+                  "Graphviz DOT for .dot, JSON for .json (also MINFER_GRAPH_DUMP)");
   // llama-bench's -ngl: a model is placed whole, so 0 is a CPU row and the layer count or more a
   // CUDA row; a value in between is an error.
   cmd->add_option("--n-gpu-layers,--gpu-layers", a->ngl,

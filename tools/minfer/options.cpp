@@ -38,6 +38,9 @@ void ModelArgs::add(CLI::App* cmd) {
       ->capture_default_str();
   cmd->add_option("-b,--batch-size", batch, "llama.cpp's logical batch: the ubatch is at most this (0: no limit)");
   cmd->add_flag("--no-warmup", no_warmup, "accepted for llama.cpp command lines (minfer runs no warm-up pass)");
+  cmd->add_option("--graph-dump", graph_dump,
+                  "write the prepared compute graphs (one per ubatch shape, at most 8; after fusion and device "
+                  "assignment) to FILE: Graphviz DOT for .dot, JSON for .json (also MINFER_GRAPH_DUMP)");
 }
 
 int64_t parse_gpu_layers(const std::string& value) {
@@ -78,6 +81,8 @@ EngineConfig ModelArgs::checked_config() const {
     fail("K cache type {} and V cache type {} differ: minfer's attention kernels read one KV format, give the "
          "same type to both (-ctk/-ctv, or --cache-type)", k, v);
   (void)parse_flash_attn(flash_attn);
+  if (!graph_dump.empty()) (void)graph::graph_dump_format(graph_dump);
+  c.graph_dump = graph_dump;
   return c;
 }
 

@@ -1,0 +1,150 @@
+// Graph dumps (graph/dump.h, EngineConfig::graph_dump, --graph-dump): the prepared graphs of an
+// engine written as JSON and DOT, checked structurally against each other and against the
+// engine's own graphs.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/engine.h"
+#include "models/model.h"
+#include "synth_model.h"
+#include "test_util.h"
+
+namespace minfer {
+namespace {
+
+std::string read_text(const std::filesystem::path& p) {
+  std::ifstream f(p);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::shared_ptr<const Model> tiny_model() {
+  test::SynthSpec spec;
+  spec.arch = "qwen2";
+  spec.type = TensorType::Q8_0;
+  return Model::load(test::write_synth_model(spec, test::temp_dir()).string());
+}
+
+/// Runs a 5-token prompt and two decode steps on an engine that dumps to `path`.
+void run_with_dump(const std::shared_ptr<const Model>& model, const std::string& path) {
+  EngineConfig c;
+  c.n_threads = 1;
+  c.n_ctx = 256;
+  c.graph_dump = path;
+  Engine e(model, c);
+  const std::vector<int32_t> prompt = {1, 2, 3, 4, 5};
+  (void)e.decode(prompt);
+  for (int32_t t : {6, 7}) {
+    const int32_t one[1] = {t};
+    (void)e.decode(one);
+  }
+  EXPECT_EQ(e.graphs_prepared(), 2);  // the prompt's shape and the decode step's
+}
+
+TEST(GraphDump, JsonHoldsEveryPreparedGraphWithConsistentNodesAndEdges) {
+  const auto model = tiny_model();
+  const auto path = test::temp_dir() / "graphs.json";
+  run_with_dump(model, path.string());
+  const nlohmann::json doc = nlohmann::json::parse(read_text(path));
+  ASSERT_EQ(doc["graphs"].size(), 2u);
+  EXPECT_NE(doc["graphs"][0]["label"].get<std::string>().find("ubatch of 5 tokens"), std::string::npos);
+  EXPECT_NE(doc["graphs"][1]["label"].get<std::string>().find("ubatch of 1 tokens"), std::string::npos);
+  std::set<std::string> weights_in_dump;
+  for (const auto& g : doc["graphs"]) {
+    std::set<int> ids;
+    int outputs = 0, matmuls = 0;
+    for (const auto& n : g["nodes"]) {
+      const int id = n["id"].get<int>();
+      for (const auto& s : n["src"]) {
+        EXPECT_TRUE(ids.count(s.get<int>())) << "node " << id << " reads " << s << ", not an earlier live node";
+      }
+      ids.insert(id);
+      EXPECT_EQ(n["backend"], "cpu");
+      EXPECT_EQ(n["shape"].size(), 4u);
+      outputs += n["output"].get<bool>() ? 1 : 0;
+      const std::string op = n["op"];
+      if (op == "Weight") weights_in_dump.insert(n["tensor"].get<std::string>());
+      if (op == "MatMul" || op == "MatMulAdd" || op == "FusedQKV" || op == "FusedFFN") ++matmuls;
+      if (op != "Weight" && op != "KvRegion" && n["buffer"].get<int>() >= 0) {
+        EXPECT_GT(n["bytes"].get<uint64_t>(), 0u) << n["name"];
+      }
+    }
+    EXPECT_GE(outputs, 1);
+    EXPECT_GE(matmuls, 2 * 2);  // at least attention and FFN projections in each of the 2 layers
+  }
+  // Every weight of the model the graphs use appears by its tensor name.
+  for (const graph::WeightTensor& w : model->weights())
+    if (w.name.find("blk.") == 0) {
+      EXPECT_TRUE(weights_in_dump.count(w.name)) << w.name;
+    }
+}
+
+TEST(GraphDump, DotHasTheNodesAndEdgesOfTheJsonDump) {
+  const auto model = tiny_model();
+  const auto json_path = test::temp_dir() / "g.json", dot_path = test::temp_dir() / "g.dot";
+  run_with_dump(model, json_path.string());
+  run_with_dump(model, dot_path.string());
+  const nlohmann::json doc = nlohmann::json::parse(read_text(json_path));
+  const std::string dot = read_text(dot_path);
+  ASSERT_EQ(dot.rfind("digraph minfer {", 0), 0u);
+  ASSERT_EQ(dot.substr(dot.size() - 2), "}\n");
+  for (size_t gi = 0; gi < doc["graphs"].size(); ++gi) {
+    std::set<int> nodes;
+    std::set<std::pair<int, int>> edges;
+    const std::regex node_re("^    g" + std::to_string(gi) + "_([0-9]+) \\[label=\"#([0-9]+) ");
+    const std::regex edge_re("^    g" + std::to_string(gi) + "_([0-9]+) -> g" + std::to_string(gi) + "_([0-9]+);$");
+    std::istringstream lines(dot);
+    for (std::string line; std::getline(lines, line);) {
+      std::smatch m;
+      if (std::regex_search(line, m, node_re)) {
+        EXPECT_EQ(m[1], m[2]);
+        nodes.insert(std::stoi(m[1]));
+      } else if (std::regex_match(line, m, edge_re)) {
+        edges.insert({std::stoi(m[1]), std::stoi(m[2])});
+      }
+    }
+    std::set<int> want_nodes;
+    std::set<std::pair<int, int>> want_edges;
+    for (const auto& n : doc["graphs"][gi]["nodes"]) {
+      want_nodes.insert(n["id"].get<int>());
+      for (const auto& s : n["src"]) want_edges.insert({s.get<int>(), n["id"].get<int>()});
+    }
+    EXPECT_EQ(nodes, want_nodes) << "graph " << gi;
+    EXPECT_EQ(edges, want_edges) << "graph " << gi;
+  }
+}
+
+TEST(GraphDump, HoldsAtMostEightShapesAndRefusesOtherExtensions) {
+  const auto model = tiny_model();
+  const auto path = test::temp_dir() / "many.json";
+  EngineConfig c;
+  c.n_threads = 1;
+  c.n_ctx = 256;
+  c.graph_dump = path.string();
+  Engine e(model, c);
+  for (int32_t n = 1; n <= 10; ++n) {  // prompts of 1 .. 10 tokens: ten ubatch shapes
+    e.reset();
+    (void)e.decode(std::vector<int32_t>(static_cast<size_t>(n), 3));
+  }
+  const nlohmann::json doc = nlohmann::json::parse(read_text(path));
+  EXPECT_EQ(doc["graphs"].size(), Engine::kMaxDumpGraphs);
+  c.graph_dump = (test::temp_dir() / "graphs.txt").string();
+  try {
+    Engine bad(model, c);
+    FAIL() << "a .txt dump was accepted";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("graphs.txt"), std::string::npos) << err.what();
+  }
+  EXPECT_THROW((void)graph::render_graph_dump({}, "svg"), Error);
+}
+
+}  // namespace
+}  // namespace minfer
