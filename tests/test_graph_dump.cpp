@@ -1,9 +1,10 @@
-// Graph dumps (graph/dump.h, EngineConfig::graph_dump, --graph-dump): the prepared graphs of an
-// engine written as JSON and DOT, checked structurally against each other and against the
-// engine's own graphs.
+// Seeing the graph: dumps (graph/dump.h, EngineConfig::graph_dump, --graph-dump), the prepared
+// graphs of an engine written as JSON and DOT, checked structurally against each other and
+// against the engine's own graphs; and MINFER_TRACE's per-node statistics.
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <limits>
 #include <map>
 #include <regex>
 #include <set>
@@ -13,6 +14,7 @@
 
 #include "engine/engine.h"
 #include "models/model.h"
+#include "core/env.h"
 #include "synth_model.h"
 #include "test_util.h"
 
@@ -144,6 +146,59 @@ TEST(GraphDump, HoldsAtMostEightShapesAndRefusesOtherExtensions) {
     EXPECT_NE(std::string(err.what()).find("graphs.txt"), std::string::npos) << err.what();
   }
   EXPECT_THROW((void)graph::render_graph_dump({}, "svg"), Error);
+}
+
+// MINFER_TRACE=1 names the first node whose output is not finite: a NaN planted in layer 1's
+// FFN down projection shows up first in that layer's FFN node, with every earlier node finite.
+TEST(GraphTrace, NamesTheFirstNodeWithANonFiniteOutput) {
+  test::SynthSpec spec;
+  spec.arch = "qwen2";
+  spec.type = TensorType::F32;
+  spec.edit_values = [](const std::string& name, std::vector<float>& v) {
+    if (name == "blk.1.ffn_down.weight") v[7] = std::numeric_limits<float>::quiet_NaN();
+  };
+  const auto model = Model::load(test::write_synth_model(spec, test::temp_dir()).string());
+  env_override("MINFER_TRACE", "1");
+  std::string out;
+  try {
+    EngineConfig c;
+    c.n_threads = 1;
+    c.n_ctx = 256;
+    Engine e(model, c);
+    testing::internal::CaptureStderr();
+    const std::vector<int32_t> prompt = {1, 2};
+    EXPECT_THROW((void)e.decode(prompt), NonFiniteLogitsError);
+    out = testing::internal::GetCapturedStderr();
+  } catch (...) {
+    env_override("MINFER_TRACE", std::nullopt);
+    throw;
+  }
+  env_override("MINFER_TRACE", std::nullopt);
+  struct {
+    std::string out;
+  } r{out};
+  const std::string first = "trace: the first node of this forward with a non-finite output is #";
+  const size_t at = r.out.find(first);
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string line = r.out.substr(at, r.out.find('\n', at) - at);
+  EXPECT_NE(line.find("blk.1.ffn"), std::string::npos) << line;
+  // Every node traced before it (its own statistics line comes first) was finite, and layer
+  // 0's FFN was traced among them.
+  const std::string node = line.substr(first.size(), line.find(':', first.size()) - first.size());  // "86 blk.1..."
+  const std::string before = r.out.substr(0, at);
+  EXPECT_NE(before.find("blk.0.ffn"), std::string::npos) << before;
+  std::istringstream lines(before);
+  int traced = 0;
+  for (std::string l; std::getline(lines, l);) {
+    if (l.find("trace: #") == std::string::npos || l.find("not inspected") != std::string::npos) continue;
+    ++traced;
+    if (l.find("trace: #" + node) != std::string::npos) {
+      EXPECT_EQ(l.find(", 0 NaN, 0 Inf"), std::string::npos) << l;
+    } else {
+      EXPECT_NE(l.find(", 0 NaN, 0 Inf"), std::string::npos) << l;
+    }
+  }
+  EXPECT_GT(traced, 10);
 }
 
 }  // namespace

@@ -129,6 +129,9 @@ constexpr std::array kTable = {
            "test only: the GGUF writer raises this signal number (15: SIGTERM) after writing the first tensor (0: none)",
            EnvKind::Int, nullptr, 0, 64},  // 64: SIGRTMAX on Linux
     EnvVar{"MINFER_THREADS", "", "default thread count for CPU work (0 or unset: the number of cores)", EnvKind::Int, nullptr, 0},
+    EnvVar{"MINFER_TRACE", "0",
+           "1: every forward runs node by node and logs each node's output statistics (min, max, mean, NaN/Inf counts) and the first node with a non-finite output (debugging; CUDA graphs off)",
+           EnvKind::Flag},
 };
 
 // MINFER_* variables that the project's scripts read, never the binary (the CUDA architectures of

@@ -8,6 +8,7 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "graph/scheduler.h"
 #include "cuda/kernels/attention.cuh"
 #include "cuda/kernels/fault.h"
 #include "cuda/kernels/get_rows.cuh"
@@ -66,7 +67,7 @@ CudaBackend::CudaBackend() : ctx_(CudaContext::instance()) {
   }
   fault_host_[0] = fault_host_[1] = 0;
   profile_ = env_flag("MINFER_CUDA_PROFILE");
-  graphs_enabled_ = !env_flag("MINFER_NO_CUDA_GRAPH") && !profile_;
+  graphs_enabled_ = !env_flag("MINFER_NO_CUDA_GRAPH") && !profile_ && !graph::trace_enabled();
   prefill_capture_ = !env_flag("MINFER_NO_PREFILL_CAPTURE");
   gather_inputs_ = !env_flag("MINFER_CUDA_NO_INPUT_GATHER");
   staged_readback_ = env_flag("MINFER_CUDA_STAGED_READBACK");

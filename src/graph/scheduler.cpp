@@ -1,10 +1,14 @@
 #include "graph/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <new>
 
+#include "core/env.h"
 #include "core/error.h"
+#include "core/log.h"
 
 namespace minfer::graph {
 namespace {
@@ -13,7 +17,56 @@ size_t bk(BackendKind k) { return static_cast<size_t>(k); }
 
 void free_aligned_host(void* p) { ::operator delete(p, std::align_val_t{64}); }
 
+/// Statistics of one node's f32 output for MINFER_TRACE.
+struct TraceStats {
+  float min = std::numeric_limits<float>::infinity(), max = -std::numeric_limits<float>::infinity();
+  double sum = 0.0;
+  int64_t finite = 0, nan = 0, inf = 0;
+};
+
+TraceStats trace_stats(const std::vector<float>& v) {
+  TraceStats t;
+  for (const float x : v) {
+    if (std::isnan(x)) {
+      ++t.nan;
+    } else if (std::isinf(x)) {
+      ++t.inf;
+    } else {
+      t.min = std::min(t.min, x);
+      t.max = std::max(t.max, x);
+      t.sum += x;
+      ++t.finite;
+    }
+  }
+  return t;
+}
+
 }  // namespace
+
+bool trace_enabled() { return env_flag("MINFER_TRACE"); }
+
+void PreparedGraph::trace_node(Backend* b, size_t i, bool* found) {
+  const Node& n = graph_.nodes()[i];
+  if (n.dead || op_is_leaf(n.op) || op_is_alias(n.op) || n.op == Op::KvcacheStore) return;
+  if (n.type != TensorType::F32) {
+    log_info("trace: #{} {} ({}): {} output, not inspected", i, n.name, op_name(n.op), type_name(n.type));
+    return;
+  }
+  const TensorRef& ref = plan_.home(graph_, static_cast<NodeId>(i));
+  const uint64_t count = std::min<uint64_t>(ref.nbytes, n.nbytes()) / sizeof(float);
+  std::vector<float> v(count);
+  b->synchronize();
+  b->download(v.data(), ref.data, count * sizeof(float));
+  const TraceStats t = trace_stats(v);
+  log_info("trace: #{} {} ({}) [{} x {}]: min {:.6g} max {:.6g} mean {:.6g}, {} NaN, {} Inf", i, n.name, op_name(n.op),
+           n.ne[0], n.n_elements() / std::max<int64_t>(n.ne[0], 1), t.finite > 0 ? t.min : 0.0f,
+           t.finite > 0 ? t.max : 0.0f, t.finite > 0 ? t.sum / static_cast<double>(t.finite) : 0.0, t.nan, t.inf);
+  if (!*found && t.nan + t.inf > 0) {
+    *found = true;
+    log_warn("trace: the first node of this forward with a non-finite output is #{} {} ({}): {} NaN, {} Inf of {} values",
+             i, n.name, op_name(n.op), t.nan, t.inf, count);
+  }
+}
 
 HostBuffer Backend::alloc_host(uint64_t bytes) {
   void* p = ::operator new(std::max<uint64_t>(bytes, 1), std::align_val_t{64}, std::nothrow);
@@ -212,6 +265,8 @@ void PreparedGraph::execute(std::span<const OutputRead> reads) {
     if (r.bytes > ref.nbytes)
       fail("execute: output {} holds {} bytes, asked for {}", graph_.node(r.id).name, ref.nbytes, r.bytes);
   }
+  const bool trace = trace_enabled();
+  bool found = false;  // a non-finite output was reported in this forward
   for (size_t s = 0; s < splits_.size(); ++s) {
     const Split& sp = splits_[s];
     for (const CrossCopy& c : sp.copies) {
@@ -224,7 +279,14 @@ void PreparedGraph::execute(std::span<const OutputRead> reads) {
       backends_[bk(c.to)]->upload(to.data, staging_.data(), from.nbytes);
     }
     Backend* b = backends_[bk(sp.backend)];
-    b->execute(graph_, plan_, sp.begin, sp.end);
+    if (trace) {  // node by node, each output inspected once it is computed
+      for (size_t i = sp.begin; i < sp.end; ++i) {
+        b->execute(graph_, plan_, i, i + 1);
+        trace_node(b, i, &found);
+      }
+    } else {
+      b->execute(graph_, plan_, sp.begin, sp.end);
+    }
     if (s + 1 < splits_.size()) b->synchronize();
   }
   // The outputs are queued behind the last split, so one wait per backend covers the work and

@@ -48,6 +48,11 @@ struct OutputRead {
   uint64_t bytes = 0;
 };
 
+/// MINFER_TRACE=1: PreparedGraph::execute runs node by node and logs each node's output
+/// statistics (min, max, mean of the finite values, NaN and Inf counts) and the first node of
+/// each forward whose output is not finite. Off by default; CUDA then captures no graphs.
+bool trace_enabled();
+
 /// A graph ready to execute: nodes assigned, fused, allocated and split.
 class PreparedGraph {
  public:
@@ -75,6 +80,9 @@ class PreparedGraph {
   Backend* backend(BackendKind k) const { return backends_[static_cast<size_t>(k)]; }
 
  private:
+  /// MINFER_TRACE: logs the statistics of node i's f32 output (run on `b`), and once per forward
+  /// (`*found`) names the first node whose output holds a NaN or an infinity.
+  void trace_node(Backend* b, size_t i, bool* found);
   void assign(const PrepareOptions& opt);
   void allocate(const KvResolver& kv);
   void make_splits();
