@@ -162,6 +162,22 @@ TEST(CliLimits, bench_verify_times_forwards_of_k_tokens) {
   expect_one_line_error("bench -m " + model() + " -p 0 -n 0 --n-verify 0", "--n-verify");
 }
 
+// --profile (and MINFER_OP_TIMING=1) print the op table for prefill and decode when the command
+// ends; --graph-dump refuses a file name that is neither .dot nor .json.
+TEST(CliLimits, bench_profile_prints_the_op_table_and_graph_dump_checks_the_extension) {
+  Result r = sh(test::minfer_bin() + " bench -m " + model() + " -p 8 -n 4 -r 1 -t 1 --profile");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("op timing, prefill:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("op timing, decode:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(outside the nodes)"), std::string::npos) << r.out;
+  r = sh("env MINFER_OP_TIMING=1 " + test::minfer_bin() + " bench -m " + model() + " -p 0 -n 2 -r 1 -t 1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("op timing, decode:"), std::string::npos) << r.out;
+  r = sh(test::minfer_bin() + " bench -m " + model() + " -p 0 -n 2 -r 1 -t 1");
+  EXPECT_EQ(r.out.find("op timing"), std::string::npos) << r.out;
+  expect_one_line_error("bench -m " + model() + " -p 0 -n 1 --graph-dump g.svg", "g.svg");
+}
+
 // bench's KV type follows MINFER_CACHE_TYPE (any case) when -ctk is not given, as run's does.
 TEST(CliLimits, bench_takes_the_cache_type_from_the_environment_unless_ctk_is_given) {
   const std::string cmd = " " + test::minfer_bin() + " bench -m " + model() + " -p 0 -n 1 -r 1 -t 1 -o jsonl";

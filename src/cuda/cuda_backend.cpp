@@ -8,6 +8,7 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "graph/op_timing.h"
 #include "graph/scheduler.h"
 #include "cuda/kernels/attention.cuh"
 #include "cuda/kernels/fault.h"
@@ -66,7 +67,7 @@ CudaBackend::CudaBackend() : ctx_(CudaContext::instance()) {
                                        cuda_error_text(e)));
   }
   fault_host_[0] = fault_host_[1] = 0;
-  profile_ = env_flag("MINFER_CUDA_PROFILE");
+  profile_ = env_flag("MINFER_CUDA_PROFILE") || graph::op_timing_enabled();
   graphs_enabled_ = !env_flag("MINFER_NO_CUDA_GRAPH") && !profile_ && !graph::trace_enabled();
   prefill_capture_ = !env_flag("MINFER_NO_PREFILL_CAPTURE");
   gather_inputs_ = !env_flag("MINFER_CUDA_NO_INPUT_GATHER");

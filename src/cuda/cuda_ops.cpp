@@ -7,6 +7,7 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "cuda/cuda_backend.h"
+#include "graph/op_timing.h"
 #include "cuda/kernels/attn_decode.cuh"
 #include "cuda/kernels/attention.cuh"
 #include "cuda/kernels/flash_attn.cuh"
@@ -759,6 +760,7 @@ std::string profile_class(const Graph& g, const Node& n) {
 
 void CudaBackend::run_profiled(const Graph& g, const graph::ExecPlan& plan, size_t begin, size_t end) {
   std::vector<std::pair<std::string, std::pair<cudaEvent_t, cudaEvent_t>>> marks;
+  std::vector<std::string> timed;  // op timing's row of each mark
   for (size_t i = begin; i < end; ++i) {
     const Node& n = g.nodes()[i];
     if (n.dead || graph::op_is_leaf(n.op) || graph::op_is_alias(n.op)) continue;
@@ -769,11 +771,19 @@ void CudaBackend::run_profiled(const Graph& g, const graph::ExecPlan& plan, size
     run_node(g, plan, static_cast<NodeId>(i), end);
     cudaEventRecord(b, stream_);
     marks.push_back({profile_class(g, n), {a, b}});
+    timed.push_back(graph::op_timing_class(g, n));
   }
   cudaStreamSynchronize(stream_);
+  // Op timing's phase (graph/op_timing.h): a ubatch of more than one token is prefill.
+  const NodeId tok = g.find_input(graph::InputKind::TokenIds);
+  const bool prefill = tok != graph::kNoNode && g.node(tok).ne[0] > 1;
+  const bool op_timing = graph::op_timing_enabled();
+  size_t mi = 0;
   for (auto& [key, ev] : marks) {
     float ms = 0.0f;
     cudaEventElapsedTime(&ms, ev.first, ev.second);
+    if (op_timing) graph::record_op_time(prefill, timed[mi], ms);
+    ++mi;
     ProfileEntry& e = profile_entries_[key];
     e.ms += ms;
     e.count++;
@@ -784,7 +794,7 @@ void CudaBackend::run_profiled(const Graph& g, const graph::ExecPlan& plan, size
 }
 
 void CudaBackend::print_profile() const {
-  if (!profile_ || profile_entries_.empty()) return;
+  if (!profile_ || profile_entries_.empty() || !env_flag("MINFER_CUDA_PROFILE")) return;
   std::vector<std::pair<double, std::string>> rows;
   for (const auto& [k, e] : profile_entries_) rows.push_back({e.ms, k});
   std::sort(rows.rbegin(), rows.rend());

@@ -1,6 +1,7 @@
 #include "graph/scheduler.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -9,6 +10,7 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "graph/op_timing.h"
 
 namespace minfer::graph {
 namespace {
@@ -78,6 +80,8 @@ PreparedGraph::PreparedGraph(Graph graph, Backend* const backends[2], const KvRe
                              const PrepareOptions& opt)
     : graph_(std::move(graph)), backends_{backends[0], backends[1]} {
   graph_.validate();
+  const NodeId tokens = graph_.find_input(InputKind::TokenIds);
+  prefill_ = tokens != kNoNode && graph_.node(tokens).ne[0] > 1;
   assign(opt);
   if (opt.fuse) fusion_ = run_fusion_pass(graph_, backends_);
   allocate(kv);
@@ -267,6 +271,12 @@ void PreparedGraph::execute(std::span<const OutputRead> reads) {
   }
   const bool trace = trace_enabled();
   bool found = false;  // a non-finite output was reported in this forward
+  // Op timing (graph/op_timing.h): CPU nodes timed here one by one, CUDA nodes by the backend.
+  const bool timing = op_timing_enabled();
+  const auto t_step = std::chrono::steady_clock::now();
+  const auto ms_since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+  };
   for (size_t s = 0; s < splits_.size(); ++s) {
     const Split& sp = splits_[s];
     for (const CrossCopy& c : sp.copies) {
@@ -283,6 +293,14 @@ void PreparedGraph::execute(std::span<const OutputRead> reads) {
       for (size_t i = sp.begin; i < sp.end; ++i) {
         b->execute(graph_, plan_, i, i + 1);
         trace_node(b, i, &found);
+      }
+    } else if (timing && sp.backend == BackendKind::Cpu) {
+      for (size_t i = sp.begin; i < sp.end; ++i) {
+        const Node& n = graph_.nodes()[i];
+        if (n.dead || op_is_leaf(n.op) || op_is_alias(n.op)) continue;
+        const auto t0 = std::chrono::steady_clock::now();
+        b->execute(graph_, plan_, i, i + 1);
+        record_op_time(prefill_, op_timing_class(graph_, n), ms_since(t0));
       }
     } else {
       b->execute(graph_, plan_, sp.begin, sp.end);
@@ -301,6 +319,7 @@ void PreparedGraph::execute(std::span<const OutputRead> reads) {
     }
     for (size_t k = 0; k < 2; ++k)
       if (wait[k]) backends_[k]->synchronize();
+    if (timing) record_step_time(prefill_, ms_since(t_step));
   } catch (...) {
     // Nothing stays queued into the caller's memory past this call: every backend that may hold
     // a queued readback waits once more (which finishes or drops it) before the error leaves.

@@ -93,6 +93,7 @@ class PreparedGraph {
   std::vector<Split> splits_;
   FusionStats fusion_;
   std::vector<uint8_t> staging_;  ///< host bounce buffer for cross-backend copies
+  bool prefill_ = false;          ///< a ubatch of more than one token (op timing's phase)
 };
 
 }  // namespace minfer::graph

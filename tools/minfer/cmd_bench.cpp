@@ -26,6 +26,7 @@
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
+#include "graph/op_timing.h"
 #include "kv/kv_cache.h"
 #include "gguf/gguf.h"
 #include "options.h"
@@ -53,6 +54,7 @@ struct BenchArgs {
   bool progress = false;
   bool no_warmup = false;
   std::string graph_dump;  ///< --graph-dump FILE (EngineConfig::graph_dump)
+  bool profile = false;    ///< --profile: op timing on (graph/op_timing.h), its table at the end
   std::vector<std::string> ngl, fa, mmap;
   const CLI::Option* device_opt = nullptr;  ///< was --device given?
 };
@@ -472,6 +474,7 @@ void bench(const BenchArgs& args) {
     for (const int64_t k : int_list(a.n_verify, "--n-verify", 1)) tests.push_back({0, 0, depth, 1, k});
   if (tests.empty()) fail("bench: no tests to run (-p and -n are all 0 and no -pg or --n-verify was given)");
   if (!a.graph_dump.empty()) (void)graph::graph_dump_format(a.graph_dump);
+  if (a.profile) graph::set_op_timing(true);
   const std::vector<std::string> ctk_given = a.ctk.empty() ? std::vector<std::string>{default_cache_type()} : a.ctk;
   auto ctv = split_list(a.ctv.empty() ? ctk_given : a.ctv, "-ctv");
   auto ctk = split_list(ctk_given, "-ctk");
@@ -659,6 +662,9 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--graph-dump", a->graph_dump,
                   "write the prepared compute graphs of the first row (one per ubatch shape, at most 8) to FILE: "
                   "Graphviz DOT for .dot, JSON for .json (also MINFER_GRAPH_DUMP)");
+  cmd->add_flag("--profile", a->profile,
+                "time every graph node and print a per-op table (prefill and decode) when the bench ends "
+                "(also MINFER_OP_TIMING=1; the timed rows' t/s include the timing's cost)");
   // llama-bench's -ngl: a model is placed whole, so 0 is a CPU row and the layer count or more a
   // CUDA row; a value in between is an error.
   cmd->add_option("--n-gpu-layers,--gpu-layers", a->ngl,

@@ -12,6 +12,7 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/printable.h"
+#include "graph/op_timing.h"
 
 namespace {
 
@@ -89,6 +90,18 @@ int main(int argc, char** argv) {
     if (command_name != "env") minfer::env_check();
   });
   std::reverse(args.begin(), args.end());  // CLI11 wants the arguments in reverse order
+  // Op timing (--profile, MINFER_OP_TIMING=1): the table goes to stderr when the command ends,
+  // also when it ends with an error.
+  struct PrintOpTiming {
+    ~PrintOpTiming() {
+      try {
+        if (!minfer::graph::op_timing_enabled()) return;
+        const std::string t = minfer::graph::op_timing_table();
+        if (!t.empty()) std::fputs(t.c_str(), stderr);
+      } catch (...) {  // a malformed MINFER_OP_TIMING was reported as the command's error
+      }
+    }
+  } print_op_timing;
   try {
     app.parse(args);
   } catch (const CLI::CallForHelp& e) {

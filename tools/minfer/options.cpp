@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "core/printable.h"
 #include "core/thread_pool.h"
+#include "graph/op_timing.h"
 #include "quant/quant.h"
 
 namespace minfer::cli {
@@ -41,6 +42,9 @@ void ModelArgs::add(CLI::App* cmd) {
   cmd->add_option("--graph-dump", graph_dump,
                   "write the prepared compute graphs (one per ubatch shape, at most 8; after fusion and device "
                   "assignment) to FILE: Graphviz DOT for .dot, JSON for .json (also MINFER_GRAPH_DUMP)");
+  cmd->add_flag("--profile", profile,
+                "time every graph node and print a per-op table (prefill and decode: count, total, mean, share of "
+                "the forward) when the command ends (also MINFER_OP_TIMING=1; CUDA: events, graphs off)");
 }
 
 int64_t parse_gpu_layers(const std::string& value) {
@@ -83,6 +87,7 @@ EngineConfig ModelArgs::checked_config() const {
   (void)parse_flash_attn(flash_attn);
   if (!graph_dump.empty()) (void)graph::graph_dump_format(graph_dump);
   c.graph_dump = graph_dump;
+  if (profile) graph::set_op_timing(true);
   return c;
 }
 

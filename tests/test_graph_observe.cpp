@@ -1,6 +1,7 @@
 // Seeing the graph: dumps (graph/dump.h, EngineConfig::graph_dump, --graph-dump), the prepared
 // graphs of an engine written as JSON and DOT, checked structurally against each other and
-// against the engine's own graphs; and MINFER_TRACE's per-node statistics.
+// against the engine's own graphs; MINFER_TRACE's per-node statistics; op timing
+// (graph/op_timing.h, --profile).
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -13,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
+#include "graph/op_timing.h"
 #include "models/model.h"
 #include "core/env.h"
 #include "synth_model.h"
@@ -199,6 +201,58 @@ TEST(GraphTrace, NamesTheFirstNodeWithANonFiniteOutput) {
     }
   }
   EXPECT_GT(traced, 10);
+}
+
+// Op timing: one row per op class and phase, counts that follow the graph (one FFN node per layer
+// per forward), and node times that add up to most of the measured forward time. The bound: on
+// the CPU the nodes run back to back inside PreparedGraph::execute, so what lies outside them is
+// the loop, the clock reads and the logits readback; at least half the step is inside the nodes
+// even for this 2-layer model of microsecond nodes, and never more than the step.
+TEST(OpTiming, CountsFollowTheGraphAndNodeTimesAddUpToTheStep) {
+  test::SynthSpec spec;
+  spec.arch = "qwen2";
+  spec.type = TensorType::Q8_0;
+  const auto model = Model::load(test::write_synth_model(spec, test::temp_dir()).string());
+  graph::reset_op_timing();
+  graph::set_op_timing(true);
+  EngineConfig c;
+  c.n_threads = 1;
+  c.n_ctx = 256;
+  Engine e(model, c);
+  const std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6, 7, 8};
+  (void)e.decode(prompt);
+  constexpr int kDecode = 12;
+  for (int i = 0; i < kDecode; ++i) {
+    const int32_t one[1] = {9 + i};
+    (void)e.decode(one);
+  }
+  graph::set_op_timing(false);
+  uint64_t prefill_steps = 0, decode_steps = 0;
+  const double prefill_ms = graph::op_timing_step_ms(true, &prefill_steps);
+  const double decode_ms = graph::op_timing_step_ms(false, &decode_steps);
+  EXPECT_EQ(prefill_steps, 1u);
+  EXPECT_EQ(decode_steps, static_cast<uint64_t>(kDecode));
+  double prefill_nodes = 0.0, decode_nodes = 0.0;
+  bool ffn_seen = false;
+  for (const graph::OpTimeRow& r : graph::op_time_rows()) {
+    (r.prefill ? prefill_nodes : decode_nodes) += r.ms;
+    EXPECT_GE(r.ms, 0.0) << r.op;
+    if (r.op == "FusedFFN+norm q8_0" || r.op == "FusedFFN q8_0") {
+      ffn_seen = true;
+      EXPECT_EQ(r.count, static_cast<uint64_t>(spec.n_layer) * (r.prefill ? 1 : kDecode)) << r.op;
+    }
+  }
+  EXPECT_TRUE(ffn_seen) << graph::op_timing_table();
+  EXPECT_LE(prefill_nodes, prefill_ms);
+  EXPECT_LE(decode_nodes, decode_ms);
+  EXPECT_GE(prefill_nodes, 0.5 * prefill_ms) << graph::op_timing_table();
+  EXPECT_GE(decode_nodes, 0.5 * decode_ms) << graph::op_timing_table();
+  const std::string table = graph::op_timing_table();
+  EXPECT_NE(table.find("op timing, prefill: 1 forwards"), std::string::npos) << table;
+  EXPECT_NE(table.find("op timing, decode: 12 forwards"), std::string::npos) << table;
+  EXPECT_NE(table.find("(outside the nodes)"), std::string::npos) << table;
+  graph::reset_op_timing();
+  EXPECT_TRUE(graph::op_timing_table().empty());
 }
 
 }  // namespace
