@@ -4,6 +4,7 @@
 // (graph/op_timing.h, --profile).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -253,6 +254,61 @@ TEST(OpTiming, CountsFollowTheGraphAndNodeTimesAddUpToTheStep) {
   EXPECT_NE(table.find("(outside the nodes)"), std::string::npos) << table;
   graph::reset_op_timing();
   EXPECT_TRUE(graph::op_timing_table().empty());
+}
+
+// --trace-out: a trace-event JSON with one complete event per executed (timed) node and one per
+// forward, each node inside its forward's span, on named tracks.
+TEST(OpTiming, TraceFileHasAnEventPerNodeInsideItsForward) {
+  test::SynthSpec spec;
+  spec.arch = "qwen3";
+  spec.type = TensorType::Q4_K;
+  const auto model = Model::load(test::write_synth_model(spec, test::temp_dir()).string());
+  const auto path = test::temp_dir() / "trace.json";
+  graph::reset_op_timing();
+  graph::set_trace_out(path.string());
+  EngineConfig c;
+  c.n_threads = 1;
+  c.n_ctx = 256;
+  Engine e(model, c);
+  (void)e.decode(std::vector<int32_t>{1, 2, 3});
+  for (int32_t t : {4, 5}) {
+    const int32_t one[1] = {t};
+    (void)e.decode(one);
+  }
+  graph::write_trace_out();
+  uint64_t rows_count = 0;
+  for (const graph::OpTimeRow& r : graph::op_time_rows()) rows_count += r.count;
+  graph::set_trace_out("");
+  graph::set_op_timing(false);
+  graph::reset_op_timing();
+  const nlohmann::json doc = nlohmann::json::parse(read_text(path));
+  std::vector<std::pair<double, double>> forwards;
+  std::vector<nlohmann::json> nodes;
+  std::set<std::string> track_names;
+  for (const auto& ev : doc["traceEvents"]) {
+    if (ev["ph"] == "M") {
+      track_names.insert(ev["args"]["name"].get<std::string>());
+      continue;
+    }
+    ASSERT_EQ(ev["ph"], "X") << ev.dump();
+    ASSERT_GE(ev["dur"].get<double>(), 0.0) << ev.dump();
+    if (ev["tid"] == 0) {
+      forwards.push_back({ev["ts"].get<double>(), ev["ts"].get<double>() + ev["dur"].get<double>()});
+    } else {
+      EXPECT_EQ(ev["tid"], 1) << ev.dump();  // CPU nodes
+      nodes.push_back(ev);
+    }
+  }
+  EXPECT_TRUE(track_names.count("forwards") && track_names.count("CPU nodes"));
+  ASSERT_EQ(forwards.size(), 3u);
+  EXPECT_EQ(nodes.size(), rows_count);  // one event per timed node
+  for (const auto& n : nodes) {
+    const double ts = n["ts"].get<double>(), end = ts + n["dur"].get<double>();
+    const bool inside = std::any_of(forwards.begin(), forwards.end(),
+                                    [&](const auto& f) { return ts >= f.first && end <= f.second; });
+    EXPECT_TRUE(inside) << n.dump();
+  }
+  EXPECT_THROW(graph::set_trace_out((test::temp_dir() / "trace.txt").string()), Error);
 }
 
 }  // namespace

@@ -761,6 +761,9 @@ std::string profile_class(const Graph& g, const Node& n) {
 void CudaBackend::run_profiled(const Graph& g, const graph::ExecPlan& plan, size_t begin, size_t end) {
   std::vector<std::pair<std::string, std::pair<cudaEvent_t, cudaEvent_t>>> marks;
   std::vector<std::string> timed;  // op timing's row of each mark
+  std::vector<NodeId> timed_ids;   // and its node
+  // Trace events place the device times from the host clock read as the first event is queued.
+  const double host0 = graph::trace_clock_ms();
   for (size_t i = begin; i < end; ++i) {
     const Node& n = g.nodes()[i];
     if (n.dead || graph::op_is_leaf(n.op) || graph::op_is_alias(n.op)) continue;
@@ -772,6 +775,7 @@ void CudaBackend::run_profiled(const Graph& g, const graph::ExecPlan& plan, size
     cudaEventRecord(b, stream_);
     marks.push_back({profile_class(g, n), {a, b}});
     timed.push_back(graph::op_timing_class(g, n));
+    timed_ids.push_back(static_cast<NodeId>(i));
   }
   cudaStreamSynchronize(stream_);
   // Op timing's phase (graph/op_timing.h): a ubatch of more than one token is prefill.
@@ -782,12 +786,19 @@ void CudaBackend::run_profiled(const Graph& g, const graph::ExecPlan& plan, size
   for (auto& [key, ev] : marks) {
     float ms = 0.0f;
     cudaEventElapsedTime(&ms, ev.first, ev.second);
-    if (op_timing) graph::record_op_time(prefill, timed[mi], ms);
+    if (op_timing) {
+      graph::record_op_time(prefill, timed[mi], ms);
+      float since = 0.0f;
+      cudaEventElapsedTime(&since, marks.front().second.first, ev.first);
+      graph::record_trace_node(prefill, g.node(timed_ids[mi]).name, timed[mi], host0 + since, ms, true);
+    }
     ++mi;
     ProfileEntry& e = profile_entries_[key];
     e.ms += ms;
     e.count++;
     profile_total_ms_ += ms;
+  }
+  for (auto& [key, ev] : marks) {  // after the loop: the first event is every trace event's origin
     cudaEventDestroy(ev.first);
     cudaEventDestroy(ev.second);
   }

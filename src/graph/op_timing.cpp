@@ -4,10 +4,15 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <mutex>
 
+#include <nlohmann/json.hpp>
+
+#include "core/atomic_file.h"
 #include "core/env.h"
+#include "core/error.h"
 
 namespace minfer::graph {
 namespace {
@@ -17,10 +22,20 @@ struct Totals {
   double ms = 0.0;
 };
 
+struct TraceEvent {
+  std::string name, cat;
+  double ts_us, dur_us;
+  int tid;  ///< 0 forwards, 1 CPU nodes, 2 CUDA nodes
+  bool prefill;
+};
+
 struct State {
   std::mutex mu;
   std::map<std::pair<bool, std::string>, Totals> rows;
   Totals steps[2];  ///< [decode, prefill]
+  std::string trace_path;  ///< --trace-out file, or empty
+  std::vector<TraceEvent> events;
+  uint64_t dropped = 0;  ///< events past kMaxTraceEvents
 };
 
 State& state() {
@@ -117,6 +132,86 @@ void reset_op_timing() {
   std::lock_guard lock(s.mu);
   s.rows.clear();
   s.steps[0] = s.steps[1] = Totals{};
+  s.events.clear();
+  s.dropped = 0;
+}
+
+namespace {
+std::atomic<bool> g_trace_on{false};
+
+void push_event(TraceEvent e) {
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  if (s.events.size() >= kMaxTraceEvents) {
+    ++s.dropped;
+    return;
+  }
+  s.events.push_back(std::move(e));
+}
+}  // namespace
+
+void set_trace_out(const std::string& path) {
+  if (!path.empty() && (path.size() < 5 || path.compare(path.size() - 5, 5, ".json") != 0))
+    fail("trace file {}: the name must end in .json (Chrome / Perfetto trace-event JSON)", path);
+  State& s = state();
+  {
+    std::lock_guard lock(s.mu);
+    s.trace_path = path;
+  }
+  g_trace_on.store(!path.empty());
+  if (!path.empty()) set_op_timing(true);
+}
+
+bool trace_out_enabled() { return g_trace_on.load(std::memory_order_relaxed); }
+
+double trace_clock_ms() {
+  static const auto epoch = std::chrono::steady_clock::now();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - epoch).count();
+}
+
+void record_trace_node(bool prefill, std::string_view node, std::string_view op, double start_ms, double dur_ms,
+                       bool cuda) {
+  if (!trace_out_enabled()) return;
+  push_event({std::string(node), std::string(op), 1000.0 * start_ms, 1000.0 * dur_ms, cuda ? 2 : 1, prefill});
+}
+
+void record_trace_step(bool prefill, double start_ms, double dur_ms) {
+  if (!trace_out_enabled()) return;
+  push_event({prefill ? "prefill forward" : "decode forward", "forward", 1000.0 * start_ms, 1000.0 * dur_ms, 0, prefill});
+}
+
+void write_trace_out() {
+  State& s = state();
+  std::string path;
+  nlohmann::json doc;
+  {
+    std::lock_guard lock(s.mu);
+    if (s.trace_path.empty()) return;
+    path = s.trace_path;
+    nlohmann::json ev = nlohmann::json::array();
+    // Track names (metadata events).
+    const char* tracks[] = {"forwards", "CPU nodes", "CUDA nodes"};
+    for (int t = 0; t < 3; ++t)
+      ev.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", t}, {"args", {{"name", tracks[t]}}}});
+    ev.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 1}, {"tid", 0}, {"args", {{"name", "minfer"}}}});
+    for (const TraceEvent& e : s.events)
+      ev.push_back({{"name", e.name},
+                    {"cat", e.cat},
+                    {"ph", "X"},
+                    {"ts", e.ts_us},
+                    {"dur", e.dur_us},
+                    {"pid", 1},
+                    {"tid", e.tid},
+                    {"args", {{"phase", e.prefill ? "prefill" : "decode"}}}});
+    doc["traceEvents"] = std::move(ev);
+    doc["displayTimeUnit"] = "ms";
+    if (s.dropped > 0) doc["otherData"] = {{"dropped_events", s.dropped}, {"kept_events", s.events.size()}};
+  }
+  // Node names come from model files: invalid UTF-8 is replaced, not an error.
+  const std::string text = doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  AtomicFile f(path);
+  f.write(text.data(), text.size());
+  f.commit();
 }
 
 }  // namespace minfer::graph

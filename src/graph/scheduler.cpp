@@ -1,7 +1,6 @@
 #include "graph/scheduler.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -273,10 +272,7 @@ void PreparedGraph::execute(std::span<const OutputRead> reads) {
   bool found = false;  // a non-finite output was reported in this forward
   // Op timing (graph/op_timing.h): CPU nodes timed here one by one, CUDA nodes by the backend.
   const bool timing = op_timing_enabled();
-  const auto t_step = std::chrono::steady_clock::now();
-  const auto ms_since = [](std::chrono::steady_clock::time_point t) {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
-  };
+  const double t_step = timing ? trace_clock_ms() : 0.0;
   for (size_t s = 0; s < splits_.size(); ++s) {
     const Split& sp = splits_[s];
     for (const CrossCopy& c : sp.copies) {
@@ -298,9 +294,12 @@ void PreparedGraph::execute(std::span<const OutputRead> reads) {
       for (size_t i = sp.begin; i < sp.end; ++i) {
         const Node& n = graph_.nodes()[i];
         if (n.dead || op_is_leaf(n.op) || op_is_alias(n.op)) continue;
-        const auto t0 = std::chrono::steady_clock::now();
+        const double t0 = trace_clock_ms();
         b->execute(graph_, plan_, i, i + 1);
-        record_op_time(prefill_, op_timing_class(graph_, n), ms_since(t0));
+        const double dur = trace_clock_ms() - t0;
+        const std::string cls = op_timing_class(graph_, n);
+        record_op_time(prefill_, cls, dur);
+        record_trace_node(prefill_, n.name, cls, t0, dur, false);
       }
     } else {
       b->execute(graph_, plan_, sp.begin, sp.end);
@@ -319,7 +318,11 @@ void PreparedGraph::execute(std::span<const OutputRead> reads) {
     }
     for (size_t k = 0; k < 2; ++k)
       if (wait[k]) backends_[k]->synchronize();
-    if (timing) record_step_time(prefill_, ms_since(t_step));
+    if (timing) {
+      const double dur = trace_clock_ms() - t_step;
+      record_step_time(prefill_, dur);
+      record_trace_step(prefill_, t_step, dur);
+    }
   } catch (...) {
     // Nothing stays queued into the caller's memory past this call: every backend that may hold
     // a queued readback waits once more (which finishes or drops it) before the error leaves.

@@ -55,6 +55,7 @@ struct BenchArgs {
   bool no_warmup = false;
   std::string graph_dump;  ///< --graph-dump FILE (EngineConfig::graph_dump)
   bool profile = false;    ///< --profile: op timing on (graph/op_timing.h), its table at the end
+  std::string trace_out;   ///< --trace-out FILE.json (graph/op_timing.h)
   std::vector<std::string> ngl, fa, mmap;
   const CLI::Option* device_opt = nullptr;  ///< was --device given?
 };
@@ -475,6 +476,7 @@ void bench(const BenchArgs& args) {
   if (tests.empty()) fail("bench: no tests to run (-p and -n are all 0 and no -pg or --n-verify was given)");
   if (!a.graph_dump.empty()) (void)graph::graph_dump_format(a.graph_dump);
   if (a.profile) graph::set_op_timing(true);
+  if (!a.trace_out.empty()) graph::set_trace_out(a.trace_out);
   const std::vector<std::string> ctk_given = a.ctk.empty() ? std::vector<std::string>{default_cache_type()} : a.ctk;
   auto ctv = split_list(a.ctv.empty() ? ctk_given : a.ctv, "-ctv");
   auto ctk = split_list(ctk_given, "-ctk");
@@ -665,6 +667,9 @@ void add_bench_command(CLI::App& app) {
   cmd->add_flag("--profile", a->profile,
                 "time every graph node and print a per-op table (prefill and decode) when the bench ends "
                 "(also MINFER_OP_TIMING=1; the timed rows' t/s include the timing's cost)");
+  cmd->add_option("--trace-out", a->trace_out,
+                  "write a Chrome/Perfetto trace-event file (.json) of every forward and graph node when the bench ends "
+                  "(times nodes as --profile does)");
   // llama-bench's -ngl: a model is placed whole, so 0 is a CPU row and the layer count or more a
   // CUDA row; a value in between is an error.
   cmd->add_option("--n-gpu-layers,--gpu-layers", a->ngl,

@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
   });
   std::reverse(args.begin(), args.end());  // CLI11 wants the arguments in reverse order
   // Op timing (--profile, MINFER_OP_TIMING=1): the table goes to stderr when the command ends,
-  // also when it ends with an error.
+  // also when it ends with an error; then the --trace-out file is written.
   struct PrintOpTiming {
     ~PrintOpTiming() {
       try {
@@ -99,6 +99,11 @@ int main(int argc, char** argv) {
         const std::string t = minfer::graph::op_timing_table();
         if (!t.empty()) std::fputs(t.c_str(), stderr);
       } catch (...) {  // a malformed MINFER_OP_TIMING was reported as the command's error
+      }
+      try {
+        minfer::graph::write_trace_out();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "minfer: error: %s\n", minfer::printable(e.what()).c_str());
       }
     }
   } print_op_timing;

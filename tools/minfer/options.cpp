@@ -45,6 +45,9 @@ void ModelArgs::add(CLI::App* cmd) {
   cmd->add_flag("--profile", profile,
                 "time every graph node and print a per-op table (prefill and decode: count, total, mean, share of "
                 "the forward) when the command ends (also MINFER_OP_TIMING=1; CUDA: events, graphs off)");
+  cmd->add_option("--trace-out", trace_out,
+                  "write a Chrome/Perfetto trace-event file (.json) of every forward and graph node when the command "
+                  "ends (opens in ui.perfetto.dev; times nodes as --profile does)");
 }
 
 int64_t parse_gpu_layers(const std::string& value) {
@@ -88,6 +91,7 @@ EngineConfig ModelArgs::checked_config() const {
   if (!graph_dump.empty()) (void)graph::graph_dump_format(graph_dump);
   c.graph_dump = graph_dump;
   if (profile) graph::set_op_timing(true);
+  if (!trace_out.empty()) graph::set_trace_out(trace_out);
   return c;
 }
 

@@ -35,16 +35,18 @@ struct ModelArgs {
   bool no_warmup = false;  ///< --no-warmup: accepted (minfer runs no warm-up pass)
   std::string graph_dump;  ///< --graph-dump FILE (EngineConfig::graph_dump)
   bool profile = false;    ///< --profile: op timing on (graph/op_timing.h), its table at the end
+  std::string trace_out;   ///< --trace-out FILE.json: trace events of every forward (graph/op_timing.h)
   const CLI::Option* device_opt = nullptr;  ///< set by add(): was --device given?
 
   /// Adds -m/--model, --device, -t/--threads, -c/--ctx-size, -ub/--ubatch-size, --cache-type,
-  /// -ctk/-ctv, -ngl/--n-gpu-layers, -fa/--flash-attn, -b/--batch-size, --no-warmup, --graph-dump, --profile.
+  /// -ctk/-ctv, -ngl/--n-gpu-layers, -fa/--flash-attn, -b/--batch-size, --no-warmup, --graph-dump, --profile, --trace-out.
   void add(CLI::App* cmd);
   /// The engine's configuration from the option values, checked, before the model is known (the
   /// device and ubatch are final only after place()). Throws minfer::Error for a bad value and for
   /// K and V cache types that differ (the attention kernels read one KV format), and for a
-  /// --graph-dump file name that is not .dot or .json. With --profile it turns op timing on for
-  /// the process (graph::set_op_timing).
+  /// --graph-dump file name that is not .dot or .json or a --trace-out name that is not .json.
+  /// With --profile it turns op timing on for the process (graph::set_op_timing), with
+  /// --trace-out the trace events too (graph::set_trace_out).
   EngineConfig checked_config() const;
   /// Completes `c` (from checked_config) for a model of `n_layer` layers. A given -ngl chooses the
   /// device: 0 the CPU, n_layer or more ("all", -1) CUDA; anything in between throws
