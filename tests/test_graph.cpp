@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 #include "cpu/cpu_backend.h"
-#include "graph/scheduler.h"
+#include "graph/prepared_graph.h"
 
 namespace minfer::graph {
 namespace {

@@ -13,7 +13,7 @@
 
 #include "core/error.h"
 #include "cpu/cpu_backend.h"
-#include "graph/scheduler.h"
+#include "graph/prepared_graph.h"
 #include "models/model.h"
 #include "synth_model.h"
 #include "test_util.h"

@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "graph/op_timing.h"
-#include "graph/scheduler.h"
+#include "graph/prepared_graph.h"
 #include "cuda/kernels/attention.cuh"
 #include "cuda/kernels/fault.h"
 #include "cuda/kernels/get_rows.cuh"

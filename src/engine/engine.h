@@ -13,7 +13,7 @@
 #include "core/error.h"
 #include "graph/backend.h"
 #include "graph/dump.h"
-#include "graph/scheduler.h"
+#include "graph/prepared_graph.h"
 #include "kv/kv_cache.h"
 #include "kv/session_file.h"
 #include "models/model.h"

@@ -1,4 +1,4 @@
-// The Backend interface: what the scheduler needs from a device. The CPU backend (src/cpu) and
+// The Backend interface: what a PreparedGraph needs from a device. The CPU backend (src/cpu) and
 // the CUDA backend (src/cuda) implement it. One instance belongs to one engine: its pool,
 // stream, captured graphs and scratch are never shared with another engine.
 #pragma once
@@ -55,7 +55,7 @@ class Backend {
   virtual std::string describe() const = 0;
 
   /// Empty when this backend can execute `n` (op, types, shapes); otherwise the reason, which
-  /// the scheduler puts into its error ("node blk.3.ffn_down (MatMul): q2_K has no kernel").
+  /// PreparedGraph puts into its error ("node blk.3.ffn_down (MatMul): q2_K has no kernel").
   virtual std::string unsupported_reason(const Graph& g, const Node& n) const = 0;
   /// Whether the FusionPass may create this fused op for this backend.
   virtual bool supports_fused(Op op) const = 0;

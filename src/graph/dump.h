@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "graph/scheduler.h"
+#include "graph/prepared_graph.h"
 
 namespace minfer::graph {
 

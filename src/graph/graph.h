@@ -110,7 +110,7 @@ struct Node {
   const WeightTensor* weight = nullptr;  ///< Weight nodes (owned by the model)
   BackendKind backend = BackendKind::Cpu;
   bool is_output = false;  ///< read back by the engine after execution
-  bool dead = false;       ///< removed by a pass; skipped by allocator and scheduler
+  bool dead = false;       ///< removed by a pass; skipped when allocating and executing
 
   int64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
   /// Bytes of this node's output (block layout of `type`; throws for an unsupported type).

@@ -22,7 +22,7 @@
 #include "cpu/cpu_backend.h"
 #include "cuda/context.h"
 #include "cuda/cuda_backend.h"
-#include "graph/scheduler.h"
+#include "graph/prepared_graph.h"
 
 /// Skips the test (GTEST_SKIP) when no CUDA device can be used, saying why.
 #define MINFER_REQUIRE_CUDA()                                                 \

@@ -1,4 +1,4 @@
-#include "graph/scheduler.h"
+#include "graph/prepared_graph.h"
 
 #include <algorithm>
 #include <cmath>

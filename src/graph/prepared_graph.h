@@ -1,4 +1,4 @@
-// The pipeline after building: assign (a backend per node, decided now, an error when the
+// PreparedGraph: the pipeline after building: assign (a backend per node, decided now, an error when the
 // backend cannot run a node: no fallback), fuse, allocate (liveness-based buffers from each
 // backend's pool; KV regions resolved to their persistent buffers), split (contiguous runs of
 // one backend, with copies of the tensors that cross a split boundary), then execute.
