@@ -78,6 +78,7 @@ struct HostCase {
   std::vector<uint8_t> w_store; // 16-byte aligned copy lives in here
   const uint8_t* w_aligned = nullptr;
   std::vector<float> x, y_ref, y_emu;
+  std::vector<uint8_t> acts;    // the activations in the device layout (all n tokens)
   std::vector<double> mag;      // [t][j] sum of part magnitudes |w| |a|
 };
 
@@ -96,10 +97,9 @@ HostCase make_case(ThreadPool& pool, TensorType type, int64_t m, int64_t k, int6
   std::memcpy(base, c.w.data(), c.w.size());
   c.w_aligned = base;
 
-  std::vector<uint8_t> acts;
-  EXPECT_TRUE(cuda::mm::host_activations_from_blocks(type, blocks.data(), k, n, &acts));
+  EXPECT_TRUE(cuda::mm::host_activations_from_blocks(type, blocks.data(), k, n, &c.acts));
   c.y_emu.assign(static_cast<size_t>(m * n), 0.0f);
-  EXPECT_TRUE(cuda::mm::emulate_mmq(type, c.w_aligned, k, m, acts.data(), n, c.y_emu.data(), m));
+  EXPECT_TRUE(cuda::mm::emulate_mmq(type, c.w_aligned, k, m, c.acts.data(), n, c.y_emu.data(), m));
 
   const auto wm = test::weight_part_magnitudes(type, c.w, m, k);
   std::vector<uint8_t> buf;
@@ -238,17 +238,38 @@ std::vector<float> CudaMmq::run(const HostCase& c, int64_t n, bool* ok) {
   return y;
 }
 
+/// The emulation of the first n tokens of `c` with `splits` k splits (the activations of n tokens
+/// are a prefix of those of all of c's tokens in the device layout's per-plane order, so they are
+/// rebuilt for n).
+std::vector<float> emulate_split(const HostCase& c, int64_t n, int splits) {
+  std::vector<float> y(static_cast<size_t>(c.m * n), 0.0f);
+  if (splits == 1) {
+    std::copy(c.y_emu.begin(), c.y_emu.begin() + c.m * n, y.begin());
+    return y;
+  }
+  ThreadPool pool(2);
+  std::vector<uint8_t> blocks, acts;
+  (void)test::cpu_matmul(pool, c.type, c.w, 1, c.x, c.k, n, &blocks);
+  EXPECT_TRUE(cuda::mm::host_activations_from_blocks(c.type, blocks.data(), c.k, n, &acts));
+  EXPECT_TRUE(cuda::mm::emulate_mmq(c.type, c.w_aligned, c.k, c.m, acts.data(), n, y.data(), c.m, splits));
+  return y;
+}
+
 void CudaMmq::check(const HostCase& c, int64_t n) {
-  SCOPED_TRACE(describe(c) + " run with n " + std::to_string(n));
+  // The kernel splits k for grids that leave SMs idle (mmq_split_count): emulate the same split.
+  const int splits = cuda::mm::mmq_split_count(c.type, c.m, n, c.k, cuda::context_sm_count(),
+                                               cuda::context_compute_capability());
+  SCOPED_TRACE(describe(c) + " run with n " + std::to_string(n) + ", " + std::to_string(splits) + " k splits");
   bool ok = false;
   const std::vector<float> y = run(c, n, &ok);
   if (!ok) return;
+  const std::vector<float> emu_n = emulate_split(c, n, splits);
   const int64_t ldy = c.m + kPad;
   int64_t unwritten = 0, pad_written = 0, differ = 0, first = -1;
   for (int64_t t = 0; t < n; ++t) {
     for (int64_t j = c.m; j < ldy; ++j) pad_written += test::f32_bits(y[static_cast<size_t>(j + t * ldy)]) != kPoison;
     for (int64_t j = 0; j < c.m; ++j) {
-      const float got = y[static_cast<size_t>(j + t * ldy)], emu = c.y_emu[static_cast<size_t>(j + t * c.m)];
+      const float got = y[static_cast<size_t>(j + t * ldy)], emu = emu_n[static_cast<size_t>(j + t * c.m)];
       if (test::f32_bits(got) == kPoison) ++unwritten;
       if (test::f32_bits(got) != test::f32_bits(emu) && differ++ == 0) first = j + t * c.m;
     }
@@ -260,7 +281,7 @@ void CudaMmq::check(const HostCase& c, int64_t n) {
     ADD_FAILURE() << differ << " of " << c.m * n << " outputs differ from the emulation; first at row " << j
                   << " token " << t << " (tile row " << j % cuda::mm::kMmqBM << ", tile token "
                   << t % cuda::mm::kMmqBN << "): device " << y[static_cast<size_t>(j + t * ldy)] << " emulation "
-                  << c.y_emu[static_cast<size_t>(first)] << " CPU " << c.y_ref[static_cast<size_t>(first)];
+                  << emu_n[static_cast<size_t>(first)] << " CPU " << c.y_ref[static_cast<size_t>(first)];
   }
   EXPECT_TRUE(within_bound(c, y.data(), ldy, n));
 }
@@ -400,7 +421,60 @@ TEST_P(CudaMmq, an_injected_launch_failure_names_the_mmq_site) {
   EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
 }
 
+// Every forced split count (MINFER_CUDA_MMQ_SPLIT = 2..8; each split at least two k stages) gives
+// the emulation of that split bit for bit and stays within the CPU bound, also for a row tile
+// cut short and a token tile cut short.
+TEST_P(CudaMmq, split_k_is_bitwise_the_emulation_of_the_same_split) {
+  const TensorType type = GetParam();
+  if (cuda::context_compute_capability() < 90) GTEST_SKIP() << "split-k MMQ needs thread-block clusters (sm_90)";
+  const bool kq = type_traits(type).block_size == 256;
+  const HostCase c = make_case(pool_, type, 131, kq ? 256 * 20 : 32 * 70, 40, 2024 + static_cast<uint32_t>(type));
+  for (int splits = 2; splits <= cuda::mm::kMmqMaxSplits; ++splits) {
+    test::ScopedEnv force("MINFER_CUDA_MMQ_SPLIT", std::to_string(splits).c_str());
+    ASSERT_EQ(cuda::mm::mmq_split_count(type, c.m, 40, c.k, cuda::context_sm_count(), 90), splits);
+    check(c, 40);
+    if (HasFailure()) return;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(QuantizedTypes, CudaMmq, ::testing::ValuesIn(kMmqTypes), test::type_param_name);
+
+// The split emulation (the kernel's arithmetic with k in ranges) stays within the CPU bound.
+TEST_P(CudaMmqEmulated, split_k_arithmetic_is_within_the_accumulation_bound_of_the_cpu) {
+  const TensorType type = GetParam();
+  const HostCase c = make_case(pool_, type, 33, mmq_ks(type)[2], 5, 4242);
+  for (const int splits : {2, 3, 8}) {
+    std::vector<float> y(static_cast<size_t>(c.m * c.n));
+    ASSERT_TRUE(cuda::mm::emulate_mmq(type, c.w_aligned, c.k, c.m, c.acts.data(), c.n, y.data(), c.m, splits));
+    EXPECT_TRUE(within_bound(c, y.data(), c.m, c.n)) << splits << " splits";
+    EXPECT_NE(y, c.y_emu) << "a split sums in another order: some bits differ";
+  }
+  std::vector<float> y(4);
+  EXPECT_FALSE(cuda::mm::emulate_mmq(type, c.w_aligned, c.k, 1, c.acts.data(), 1, y.data(), 1, 9));
+}
+
+// The split plan: small grids on sm_90 split k up to about one block per SM; wide grids, other
+// token tiles and older devices never do.
+TEST(CudaMmqApi, split_count_fills_the_sms_for_small_grids_only) {
+  constexpr TensorType K = TensorType::Q4_K, Q6 = TensorType::Q6_K, L = TensorType::Q4_0;
+  EXPECT_EQ(cuda::mm::mmq_split_count(K, 3584, 32, 3584, 132, 90), 5);    // 7B attn_output, 32 sequences: 28 blocks
+  EXPECT_EQ(cuda::mm::mmq_split_count(Q6, 3584, 32, 18944, 132, 90), 5);  // 7B ffn_down
+  EXPECT_EQ(cuda::mm::mmq_split_count(K, 3584, 64, 3584, 132, 90), 3);    // 56 blocks
+  EXPECT_EQ(cuda::mm::mmq_split_count(K, 18944, 32, 3584, 132, 90), 1);   // ffn_gate: 148 blocks
+  EXPECT_EQ(cuda::mm::mmq_split_count(K, 3584, 32, 3584, 132, 89), 1);    // no clusters before sm_90
+  EXPECT_EQ(cuda::mm::mmq_split_count(K, 3584, 512, 3584, 132, 90), 1);   // prefill: the wide tile
+  EXPECT_EQ(cuda::mm::mmq_split_count(K, 128, 9, 1024, 132, 90), 2);      // 4 stages: at most 2 splits
+  EXPECT_EQ(cuda::mm::mmq_split_count(K, 128, 9, 512, 132, 90), 1);       // 2 stages: no split
+  EXPECT_EQ(cuda::mm::mmq_split_count(L, 128, 9, 32 * 100, 132, 90), 8);  // 25 stages, 1 block: the most
+  {
+    test::ScopedEnv off("MINFER_CUDA_MMQ_SPLIT", "1");
+    EXPECT_EQ(cuda::mm::mmq_split_count(K, 3584, 32, 3584, 132, 90), 1);
+  }
+  {
+    test::ScopedEnv three("MINFER_CUDA_MMQ_SPLIT", "3");
+    EXPECT_EQ(cuda::mm::mmq_split_count(K, 18944, 32, 3584, 132, 90), 3);  // forced even for a wide grid
+  }
+}
 
 TEST(CudaMmqApi, accepts_only_quantized_types_with_16_byte_aligned_weights) {
   alignas(16) static uint8_t w[64];

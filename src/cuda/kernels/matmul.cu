@@ -387,7 +387,11 @@ bool matmul_swiglu(TensorType type, int64_t k, int64_t m, const void* w_gate, co
 bool f16_gemm_serves(TensorType type, int64_t k, int64_t n) {
   if (n <= 8 || !quantized(type) || !matmul_supported(type, k, nullptr) || env_flag("MINFER_NO_MMQ")) return false;
   const std::string mode = env_choice("MINFER_CUDA_PREFILL_MATMUL");
-  if (mode == "mmq" || (mode != "f16" && n < mm::kF16GemmMinTokens)) return false;
+  // auto: MMQ below kF16GemmMinTokens, and on sm_90 (split-k MMQ for small grids) up to
+  // kMmqDecodeMaxTokens, the token counts of decode steps and verifies.
+  if (mode == "mmq" || (mode != "f16" && (n < mm::kF16GemmMinTokens ||
+                                          (n <= mm::kMmqDecodeMaxTokens && context_compute_capability() >= 90))))
+    return false;
   return hgemm_available();
 }
 

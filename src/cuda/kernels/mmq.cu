@@ -1,6 +1,11 @@
 // Int8 tensor-core matrix multiply on quantized weights (design: mmq.cuh, docs/cuda-matmul.md).
-#include <algorithm>
+#include <cooperative_groups.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+
+#include "core/env.h"
 #include "cuda/kernels/launch.cuh"
 #include "cuda/kernels/mmq.cuh"
 #include "cuda/kernels/mmq_tile.cuh"
@@ -10,6 +15,9 @@ namespace minfer::cuda::mm {
 namespace {
 
 constexpr int BM = kMmqBM, kThreads = kMmqThreads;
+
+/// Set when a split-k (cluster) launch failed: mmq_split_count answers 1 from then on.
+std::atomic<bool> g_no_split{false};
 static_assert(BM == 128 && kThreads == 256, "the warp layout below: 4 x 2 warps of 32 rows x BN / 2 tokens");
 static_assert(kMmqThinBN % 32 == 0, "each warp's tokens are whole ldmatrix.x4 pairs of n8 tiles");
 static_assert(kMmqThinBN == 32 && kMmqBN == 64 && kMmqWideBN == 128, "the three token tiles instantiated below");
@@ -38,6 +46,7 @@ struct MmqBatchParams {
   MmqParams seg[kMmqMaxOutputs];
   int64_t tiles0, tiles1;  ///< row tiles of outputs 0 and 1
   int n_seg;
+  int splits = 1;  ///< k splits (mmq_split_count): blockIdx.z takes stage range z of them, in one cluster
 };
 
 /// Shared-memory regions of the kernel for type T and BN tokens per tile, in bytes from the
@@ -407,15 +416,20 @@ __global__ void __launch_bounds__(kThreads, (kMinBlocks<T, BN>)) mmq_kernel(cons
         isum[i][j][e] = 0;
       }
 
-  issue_stage<T, BN>(p, smem, 0, bm, bn, 0);
+  // Split k (bp.splits > 1, the thin tile only): block z of the cluster takes the stages
+  // [n_stages z / splits, n_stages (z + 1) / splits), from zero sums.
+  const int splits = BN == kMmqThinBN ? bp.splits : 1;
+  const int64_t s_begin = n_stages * static_cast<int64_t>(blockIdx.z) / splits;
+  const int64_t s_end = n_stages * (static_cast<int64_t>(blockIdx.z) + 1) / splits;
+  issue_stage<T, BN>(p, smem, s_begin, bm, bn, 0);
   cp_async_commit();
-  for (int64_t s = 0; s < n_stages; ++s) {
-    const int buf = static_cast<int>(s & 1);
+  for (int64_t s = s_begin; s < s_end; ++s) {
+    const int buf = static_cast<int>((s - s_begin) & 1);
     cp_async_wait_all();
     __syncthreads();  // stage s landed for every thread; stage s - 1 is no longer read
     decode_stage<T, BN>(p, smem, s, bm, buf);
     __syncthreads();  // decoded tiles visible; the weight stage buffer is free
-    if (s + 1 < n_stages) issue_stage<T, BN>(p, smem, s + 1, bm, bn, buf ^ 1);
+    if (s + 1 < s_end) issue_stage<T, BN>(p, smem, s + 1, bm, bn, buf ^ 1);
     cp_async_commit();
     const int64_t left = p.k - s * Tr::kStageK;
     const int nsub = static_cast<int>((left < Tr::kStageK ? left : Tr::kStageK) / 32);
@@ -425,6 +439,45 @@ __global__ void __launch_bounds__(kThreads, (kMinBlocks<T, BN>)) mmq_kernel(cons
     else
       multiply_stage<T, BN, 0>(smem, buf, nsub, f, acc, isum);
   }
+
+#if __CUDA_ARCH__ >= 900
+  if constexpr (BN == kMmqThinBN) {
+    if (splits > 1) {
+      // The cluster's blocks hold partial sums of the same outputs: each puts its own in its
+      // shared memory (the stage buffers are free now), and block 0 adds the others' in rank
+      // order (deterministic), then writes the outputs alone.
+      namespace cg = cooperative_groups;
+      constexpr int kAcc = 2 * NJ * 4;
+      static_assert(kAcc * kThreads * 4 <= MmqSmem<T, BN>::total, "the partial sums fit in the stage buffers");
+      cp_async_wait_all();
+      __syncthreads();
+      float* mine = reinterpret_cast<float*>(smem);
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int nj = 0; nj < NJ; ++nj)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) mine[((mi * NJ + nj) * 4 + e) * kThreads + threadIdx.x] = acc[mi][nj][e];
+      cg::cluster_group cluster = cg::this_cluster();
+      cluster.sync();
+      const unsigned rank = cluster.block_rank();
+      if (rank == 0) {
+        for (int r = 1; r < splits; ++r) {
+          const float* other = cluster.map_shared_rank(mine, r);
+#pragma unroll
+          for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+            for (int nj = 0; nj < NJ; ++nj)
+#pragma unroll
+              for (int e = 0; e < 4; ++e)
+                acc[mi][nj][e] = fadd(acc[mi][nj][e], other[((mi * NJ + nj) * 4 + e) * kThreads + threadIdx.x]);
+        }
+      }
+      cluster.sync();  // the others' shared memory stays until block 0 has read it
+      if (rank != 0) return;
+    }
+  }
+#endif
 
 #pragma unroll
   for (int mi = 0; mi < 2; ++mi)
@@ -455,8 +508,37 @@ bool launch_tile(const MmqBatchParams& p, int64_t row_tiles, cudaStream_t stream
     note_launch_failure(site, cudaErrorInvalidConfiguration);  // the opt-in failed at context creation
     return false;
   }
-  const dim3 grid(static_cast<unsigned>((p.seg[0].n + BN - 1) / BN), static_cast<unsigned>(row_tiles));
-  mmq_kernel<T, BN><<<grid, kThreads, bytes, stream>>>(p);
+  const dim3 grid(static_cast<unsigned>((p.seg[0].n + BN - 1) / BN), static_cast<unsigned>(row_tiles),
+                  static_cast<unsigned>(BN == kMmqThinBN ? p.splits : 1));
+  if (grid.z == 1) {
+    mmq_kernel<T, BN><<<grid, kThreads, bytes, stream>>>(p);
+    return MINFER_LAUNCH_CHECK(site);
+  }
+  // Split k: the z blocks of one output tile form one thread-block cluster (sm_90).
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = bytes;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = grid.z;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, mmq_kernel<T, BN>, p);
+  if (e == cudaSuccess) return MINFER_LAUNCH_CHECK(site);
+  // A cluster the device cannot place (its shared memory, a partitioned GPU): the same product
+  // unsplit, and no split launches from now on.
+  cudaGetLastError();
+  g_no_split.store(true, std::memory_order_relaxed);
+  // (stderr directly: fmt, behind core/log.h, does not compile under nvcc)
+  std::fprintf(stderr, "minfer: warning: CUDA MMQ: a split-k launch of %u blocks per cluster failed (%s); splitting is off from now on\n",
+               grid.z, cudaGetErrorString(e));
+  MmqBatchParams unsplit = p;
+  unsplit.splits = 1;
+  mmq_kernel<T, BN><<<dim3(grid.x, grid.y), kThreads, bytes, stream>>>(unsplit);
   return MINFER_LAUNCH_CHECK(site);
 }
 
@@ -497,6 +579,20 @@ int mmq_tile_tokens(TensorType type, int64_t m, int64_t n) {
     return kMmqWideBN;
   if (n > kMmqThinBN && row_tiles * ((n + kMmqBN - 1) / kMmqBN) >= kMmqTileMinBlocks) return kMmqBN;
   return kMmqThinBN;
+}
+
+int mmq_split_count(TensorType type, int64_t m, int64_t n, int64_t k, int sm_count, int compute_capability) {
+  const int64_t forced = env_int("MINFER_CUDA_MMQ_SPLIT", 0);
+  if (forced == 1 || g_no_split.load(std::memory_order_relaxed) || compute_capability < 90 || !mmq_supported(type) || m < 1 || n < 1 || k < 1) return 1;
+  if (mmq_tile_tokens(type, m, n) != kMmqThinBN) return 1;
+  const bool kquant = type == TensorType::Q4_K || type == TensorType::Q5_K || type == TensorType::Q6_K;
+  const int64_t stage_k = kquant ? 256 : 128;
+  const int64_t stages = (k + stage_k - 1) / stage_k;
+  const int64_t blocks = (m + BM - 1) / BM * ((n + kMmqThinBN - 1) / kMmqThinBN);
+  int64_t splits = forced >= 2 ? forced : (sm_count + blocks - 1) / blocks;
+  if (forced < 2 && blocks >= sm_count / 2) splits = 1;  // the grid already covers half the SMs or more
+  splits = std::min<int64_t>({splits, kMmqMaxSplits, stages / 2});
+  return splits >= 2 ? static_cast<int>(splits) : 1;
 }
 
 bool mmq_accepts(TensorType type, const void* w, int64_t m, int64_t n) {
@@ -580,6 +676,8 @@ bool launch_mmq_batch(TensorType type, const MatmulOut* outs, int n_outs, int64_
     note_launch_failure("matmul_bad_args", cudaErrorInvalidValue);
     return false;
   }
+  if (tile_bn == 0 || tile_bn == kMmqThinBN)
+    bp.splits = mmq_split_count(type, row_tiles * BM, L.n, L.k, context_sm_count(), context_compute_capability());
 #define MINFER_MMQ_CASE(T, name, block)                                 \
   case TensorType::T:                                                   \
     for (int i = 0; i < n_outs; ++i) bp.seg[i].nbw = L.k / (block);     \

@@ -66,6 +66,28 @@ int mmq_tile_tokens(TensorType type, int64_t m, int64_t n);
 /// MMQ (n = 1..16) per call, the numbers for revisiting the MMVQ limit.
 inline constexpr int64_t kMmqMinTokens = 9;
 
+/// Most tokens for which matmul's auto mode keeps quantized weights on MMQ on sm_90, where small
+/// grids split k (mmq_split_count), instead of the f16 GEMM (kF16GemmMinTokens and up): decode
+/// steps of many sequences and speculative verifies. Measured on an H100 (2026-12-07, 7B Q4_K_M,
+/// 32 sequences): the f16 path dequantizes every weight every step (docs/perf).
+inline constexpr int64_t kMmqDecodeMaxTokens = 64;
+
+/// Most k splits of one MMQ launch (a thread-block cluster's size: 8 is the portable limit).
+inline constexpr int kMmqMaxSplits = 8;
+
+/// The k splits launch_mmq / launch_mmq_batch use for m rows (all outputs together), n tokens and
+/// row length k on a device of `sm_count` SMs and compute capability `compute_capability` (90 for
+/// sm_90): 1 (no split) unless the device is sm_90 or newer (thread-block clusters), the thin
+/// token tile is used and the grid covers fewer than half the SMs; then enough splits for about
+/// one block per SM, at most kMmqMaxSplits and at most half the k stages (each split >= 2 stages).
+/// A split launch runs blockIdx.z over contiguous k stage ranges of one output tile, the z blocks
+/// one cluster: each sums its stages from zero as the unsplit kernel does, and block 0 adds the
+/// others' sums in z order, so the result is deterministic (emulate_mmq with the same split count
+/// gives it bit for bit) but not the unsplit kernel's bits. MINFER_CUDA_MMQ_SPLIT: 0 (default)
+/// this rule, 1 never split, 2..8 that many where the thin tile is used (A/B runs). After a split
+/// launch failed (a cluster the device could not place; that launch ran unsplit), always 1.
+int mmq_split_count(TensorType type, int64_t m, int64_t n, int64_t k, int sm_count, int compute_capability);
+
 /// True when MMQ has a kernel for weights of `type` (the quantized types above).
 bool mmq_supported(TensorType type);
 

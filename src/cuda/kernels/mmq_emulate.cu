@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "cuda/kernels/mmq.cuh"
 #include "cuda/kernels/mmq_tile.cuh"
 #include "cuda/kernels/quantize_acts.cuh"
 
@@ -71,9 +72,19 @@ int dot_i8(const int8_t* a, const int8_t* b, int len) {
 int8_t sc_byte(const uint32_t* words, int j) { return static_cast<int8_t>(words[j >> 2] >> (8 * (j & 3))); }
 
 template <TensorType T>
-void emulate(const uint8_t* w, int64_t k, int64_t m, const void* acts, int64_t n, float* y, int64_t ldy) {
+void emulate(const uint8_t* w, int64_t k, int64_t m, const void* acts, int64_t n, float* y, int64_t ldy, int splits) {
   using Tr = MmqTraits<T>;
   const int64_t nbw = k / Tr::kBlock;
+  // Split z sums the stages [stages z / splits, stages (z + 1) / splits) from zero; the sums are
+  // then added in z order (mmq_split_count). A stage is kStageBlocks legacy blocks or one
+  // super-block.
+  const int64_t stages = (k + Tr::kStageK - 1) / Tr::kStageK;
+  const auto split_of_block = [&](int64_t kb) {  // the split whose stages hold weight block kb
+    const int64_t stage = Tr::kKQuant ? kb : kb / Tr::kStageBlocks;
+    int z = 0;
+    while (z + 1 < splits && stage >= stages * (z + 1) / splits) ++z;
+    return z;
+  };
   const DecodedW dw = decode_rows<T>(w, k, m);
   const ActLayout L = act_layout(Tr::kKQuant ? ActKind::Q8K : ActKind::Q8, k, n);
   const auto* base = static_cast<const uint8_t*>(acts);
@@ -82,10 +93,11 @@ void emulate(const uint8_t* w, int64_t k, int64_t m, const void* acts, int64_t n
     for (int64_t row = 0; row < m; ++row) {
       const int8_t* wq = dw.q.data() + row * k;
       const int8_t* aq = qs + t * k;
-      float acc = 0.0f;
+      float part[kMmqMaxSplits] = {};
       if constexpr (!Tr::kKQuant) {
         const auto* ds = reinterpret_cast<const float2*>(base + L.ds_off) + t * L.nb;
         for (int64_t kb = 0; kb < nbw; ++kb) {
+          float& acc = part[split_of_block(kb)];
           const int isum = dot_i8(wq + kb * 32, aq + kb * 32, 32);
           const size_t i = static_cast<size_t>(row * nbw + kb);
           acc = mmq_legacy_step(acc, dw.d[i], ds[kb].x, isum);
@@ -107,9 +119,12 @@ void emulate(const uint8_t* w, int64_t k, int64_t m, const void* acts, int64_t n
           const uint32_t bs[4] = {mmq_pack_bsums(bsums + sb * 16, 0), mmq_pack_bsums(bsums + sb * 16, 1),
                                   mmq_pack_bsums(bsums + sb * 16, 2), mmq_pack_bsums(bsums + sb * 16, 3)};
           const int msum = T == TensorType::Q6_K ? 0 : mmq_msum(ks.mins, bs);
+          float& acc = part[split_of_block(sb)];
           acc = fadd(acc, mmq_kquant_term<T>(ks.d, ks.dmin, da[sb], isum, msum));
         }
       }
+      float acc = part[0];
+      for (int z = 1; z < splits; ++z) acc = fadd(acc, part[z]);
       y[row + t * ldy] = acc;
     }
 }
@@ -117,20 +132,22 @@ void emulate(const uint8_t* w, int64_t k, int64_t m, const void* acts, int64_t n
 }  // namespace
 
 bool emulate_mmq(TensorType type, const void* w, int64_t k, int64_t m, const void* acts, int64_t n,
-                 float* y, int64_t ldy) {
-  if ((reinterpret_cast<uintptr_t>(w) & 15) != 0 || k <= 0 || m < 0 || n < 0) return false;
+                 float* y, int64_t ldy, int splits) {
+  if ((reinterpret_cast<uintptr_t>(w) & 15) != 0 || k <= 0 || m < 0 || n < 0 || splits < 1 ||
+      splits > kMmqMaxSplits)
+    return false;
   const bool kq = type == TensorType::Q4_K || type == TensorType::Q5_K || type == TensorType::Q6_K;
   if (k % (kq ? 256 : 32) != 0) return false;
   const auto* wb = static_cast<const uint8_t*>(w);
   switch (type) {
-    case TensorType::Q4_0: emulate<TensorType::Q4_0>(wb, k, m, acts, n, y, ldy); return true;
-    case TensorType::Q4_1: emulate<TensorType::Q4_1>(wb, k, m, acts, n, y, ldy); return true;
-    case TensorType::Q5_0: emulate<TensorType::Q5_0>(wb, k, m, acts, n, y, ldy); return true;
-    case TensorType::Q5_1: emulate<TensorType::Q5_1>(wb, k, m, acts, n, y, ldy); return true;
-    case TensorType::Q8_0: emulate<TensorType::Q8_0>(wb, k, m, acts, n, y, ldy); return true;
-    case TensorType::Q4_K: emulate<TensorType::Q4_K>(wb, k, m, acts, n, y, ldy); return true;
-    case TensorType::Q5_K: emulate<TensorType::Q5_K>(wb, k, m, acts, n, y, ldy); return true;
-    case TensorType::Q6_K: emulate<TensorType::Q6_K>(wb, k, m, acts, n, y, ldy); return true;
+    case TensorType::Q4_0: emulate<TensorType::Q4_0>(wb, k, m, acts, n, y, ldy, splits); return true;
+    case TensorType::Q4_1: emulate<TensorType::Q4_1>(wb, k, m, acts, n, y, ldy, splits); return true;
+    case TensorType::Q5_0: emulate<TensorType::Q5_0>(wb, k, m, acts, n, y, ldy, splits); return true;
+    case TensorType::Q5_1: emulate<TensorType::Q5_1>(wb, k, m, acts, n, y, ldy, splits); return true;
+    case TensorType::Q8_0: emulate<TensorType::Q8_0>(wb, k, m, acts, n, y, ldy, splits); return true;
+    case TensorType::Q4_K: emulate<TensorType::Q4_K>(wb, k, m, acts, n, y, ldy, splits); return true;
+    case TensorType::Q5_K: emulate<TensorType::Q5_K>(wb, k, m, acts, n, y, ldy, splits); return true;
+    case TensorType::Q6_K: emulate<TensorType::Q6_K>(wb, k, m, acts, n, y, ldy, splits); return true;
     default: return false;
   }
 }

@@ -16,8 +16,10 @@ namespace minfer::cuda::mm {
 /// y[j + t * ldy] for j < m, t < n as the MMQ kernel for `type` computes it, from a host copy of
 /// the weights `w` (m rows of k elements, 16-byte aligned as the kernel requires) and the
 /// activations in the device layout (host_activations_from_blocks, mmvq_emulate.cuh). False for
-/// a type MMQ does not handle, a k that is not a multiple of the block size, or a misaligned w.
+/// a type MMQ does not handle, a k that is not a multiple of the block size, a misaligned w, or
+/// `splits` outside 1..kMmqMaxSplits. `splits` > 1: the split-k kernel (mmq_split_count): the
+/// stages in `splits` contiguous ranges, each summed from zero, the sums added in range order.
 bool emulate_mmq(TensorType type, const void* w, int64_t k, int64_t m, const void* acts, int64_t n,
-                 float* y, int64_t ldy);
+                 float* y, int64_t ldy, int splits = 1);
 
 }  // namespace minfer::cuda::mm
