@@ -113,7 +113,6 @@ std::string CpuBackend::unsupported_reason(const graph::Graph& g, const Node& n)
       return {};
     }
     case Op::QkvBiasRopeStore:
-    case Op::FusedQkvNorm:
       return "fused op not implemented on the CPU";
     default:
       return {};

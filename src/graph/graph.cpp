@@ -29,7 +29,7 @@ std::string_view op_name(Op op) {
       "Silu",    "SwiGLU",      "RmsNorm",      "QkNorm",      "MatMul",  "Rope",
       "Attn",    "Softmax",     "BatchMatMul",  "KvcacheStore", "KvcacheLoad", "View",
       "Reshape", "Permute",     "GetRows",      "FusedQKV",    "QkvBiasRopeStore",
-      "FusedFFN", "FusedQkvNorm", "MatMulAdd"};
+      "FusedFFN", "MatMulAdd"};
   static_assert(std::size(kNames) == static_cast<size_t>(Op::Count_));
   const auto i = static_cast<size_t>(op);
   return i < std::size(kNames) ? kNames[i] : "?";

@@ -77,7 +77,7 @@ enum class InputKind : uint8_t {
 
 /// Op parameters; each op reads the fields its doc names.
 struct NodeParams {
-  float eps = 0.0f;          ///< RmsNorm, QkNorm, FusedQkvNorm, FusedQKV/FusedFFN with has_norm
+  float eps = 0.0f;          ///< RmsNorm, QkNorm, FusedQKV/FusedFFN with has_norm
   float scale = 1.0f;        ///< Scale, Softmax, Attn (usually 1/sqrt(head_dim))
   float rope_theta = 0.0f;   ///< Rope, QkvBiasRopeStore: frequency base
   int32_t n_rot = 0;         ///< Rope: rotated dims per head (= head_dim for Qwen)

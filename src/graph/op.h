@@ -34,7 +34,6 @@ enum class Op : uint8_t {
   FusedQKV,      ///< q/k/v projections (+biases) of one input; output planar: q plane, k, v
   QkvBiasRopeStore,  ///< decode: bias + rope of q and k, store k and v into the KV regions
   FusedFFN,      ///< down(silu(gate x) * up x) [+ residual]
-  FusedQkvNorm,  ///< q/k RMS norm of the q and k planes of a FusedQKV output
   MatMulAdd,     ///< r + W^T x: a MatMul with the residual Add that consumes it
   Count_,
 };
