@@ -178,6 +178,28 @@ TEST(CliLimits, bench_profile_prints_the_op_table_and_graph_dump_checks_the_exte
   expect_one_line_error("bench -m " + model() + " -p 0 -n 1 --graph-dump g.svg", "g.svg");
 }
 
+// The observability files are checked before any work: a folder that does not exist, one file
+// for both --trace-out and --graph-dump (however spelled), MINFER_GRAPH_DUMP's bad folder (the
+// error names the variable); --n-verify has a ceiling; --profile under MINFER_TRACE=1 still times
+// the nodes.
+TEST(CliLimits, observability_files_are_checked_before_the_run) {
+  const std::string bench = "bench -m " + model() + " -p 0 -n 2 -r 1 -t 1 ";
+  expect_one_line_error(bench + "--trace-out /nonexistent-minfer-dir/t.json", "/nonexistent-minfer-dir/t.json");
+  expect_one_line_error(bench + "--graph-dump /nonexistent-minfer-dir/g.dot", "/nonexistent-minfer-dir/g.dot");
+  const std::string dir = test::temp_dir().string();
+  expect_one_line_error(bench + "--trace-out " + dir + "/same.json --graph-dump " + dir + "/./same.json",
+                        "name the same file");
+  Result r = sh("env MINFER_GRAPH_DUMP=/nonexistent-minfer-dir/g.json " + test::minfer_bin() + " " + bench);
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("MINFER_GRAPH_DUMP: /nonexistent-minfer-dir/g.json"), std::string::npos) << r.out;
+  expect_one_line_error("bench -m " + model() + " -p 0 -n 0 --n-verify 100000", "--n-verify 100000");
+  r = sh("env MINFER_TRACE=1 " + test::minfer_bin() + " " + bench + "--profile");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const size_t table = r.out.find("op timing, decode:");
+  ASSERT_NE(table, std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("MatMul", table), std::string::npos) << r.out.substr(table);
+}
+
 // bench's KV type follows MINFER_CACHE_TYPE (any case) when -ctk is not given, as run's does.
 TEST(CliLimits, bench_takes_the_cache_type_from_the_environment_unless_ctk_is_given) {
   const std::string cmd = " " + test::minfer_bin() + " bench -m " + model() + " -p 0 -n 1 -r 1 -t 1 -o jsonl";

@@ -32,6 +32,29 @@ std::string follow_links(const std::string& path) {
 
 }  // namespace
 
+void check_output_path(const std::string& path) {
+  if (path.empty()) fail("cannot write a file with an empty path");
+  const std::string target = follow_links(path);
+  struct stat st {};
+  if (::stat(target.c_str(), &st) == 0) {
+    if (!S_ISREG(st.st_mode)) fail("{}: exists and is not a regular file (a folder, device or pipe): not overwritten", path);
+    if (::access(target.c_str(), W_OK) != 0) fail("{}: exists and is not writable ({})", path, std::strerror(errno));
+  }
+  const size_t slash = target.rfind('/');
+  const std::string dir = slash == std::string::npos ? std::string(".") : slash == 0 ? std::string("/") : target.substr(0, slash);
+  if (::stat(dir.c_str(), &st) != 0) fail("{}: its folder {} cannot be used: {}", path, dir, std::strerror(errno));
+  if (!S_ISDIR(st.st_mode)) fail("{}: {} is not a folder", path, dir);
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    fail("{}: cannot create a file in {}: {}", path, dir, std::strerror(errno));
+  // What the write will do: a new file in that folder (root passes access() where the file
+  // system still refuses, e.g. /proc).
+  std::string probe = (dir == "/" ? std::string() : dir) + "/.minfer-write-XXXXXX";
+  const int fd = ::mkstemp(probe.data());
+  if (fd < 0) fail("{}: cannot create a file in {}: {}", path, dir, std::strerror(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
 AtomicFile::AtomicFile(std::string final_path) : final_(std::move(final_path)) {
   if (final_.empty()) fail("cannot write a file with an empty path");
   target_ = follow_links(final_);

@@ -14,6 +14,13 @@
 
 namespace minfer {
 
+/// Checks now what AtomicFile(path) would refuse later, without creating anything: an empty
+/// path, an existing output that is not a writable regular file, a folder that does not exist
+/// or cannot take a new file. For outputs written at the end of a long run (--trace-out,
+/// --graph-dump), so a bad name fails before the run. Throws minfer::Error naming the path and
+/// the reason.
+void check_output_path(const std::string& path);
+
 /// RAII FILE* on a new temporary file beside the output, renamed over it on commit() and
 /// removed otherwise: by the destructor, or by RemoveOnSignal's handler when a signal ends the
 /// process while writing (core/signal_cleanup.h). The temporary file is created with mkstemp (a

@@ -120,7 +120,15 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineConfig& config)
   if (cfg_.n_ubatch == 0) cfg_.n_ubatch = default_ubatch(cfg_.device);
   if (cfg_.kv_window_granule <= 0) fail("KV window granule must be positive");
   dump_path_ = cfg_.graph_dump.empty() ? env_string("MINFER_GRAPH_DUMP") : cfg_.graph_dump;
-  if (!dump_path_.empty()) (void)graph::graph_dump_format(dump_path_);  // a bad extension: an error now
+  if (!dump_path_.empty()) {  // a bad extension or folder: an error now, not after the first forward
+    try {
+      (void)graph::graph_dump_format(dump_path_);
+      check_output_path(dump_path_);
+    } catch (const Error& e) {
+      if (!cfg_.graph_dump.empty()) throw;
+      fail("MINFER_GRAPH_DUMP: {}", e.what());
+    }
+  }
   check_context_fits(h, cfg_.n_ctx, cfg_.kv_type, cfg_.device);
   if (const int64_t per_seq = cfg_.n_seq_ctx > 0 ? std::min(cfg_.n_seq_ctx, cfg_.n_ctx) : cfg_.n_ctx;
       per_seq > h.n_ctx_train)
@@ -177,11 +185,17 @@ Engine::CachedGraph& Engine::graph_for(const graph::GraphParams& params) {
   cg.prepared = std::make_unique<graph::PreparedGraph>(std::move(g), bks, resolver, opt);
   ++graphs_prepared_;
   if (!dump_path_.empty() && dumps_.size() < kMaxDumpGraphs) {
-    std::string label = fmt::format("ubatch of {} tokens, {} with logits, KV window {} cells, {} KV", params.n_tokens,
+    const auto tokens = [](int64_t n) { return fmt::format("{} token{}", n, n == 1 ? "" : "s"); };
+    std::string label = fmt::format("ubatch of {}, {} with logits, KV window {} cells, {} KV", tokens(params.n_tokens),
                                     params.n_outputs, params.n_kv, type_name(params.kv_type));
-    if (params.seq_tokens > 0) label += fmt::format(", at most {} tokens of one sequence", params.seq_tokens);
+    if (params.seq_tokens > 0) label += fmt::format(", at most {} of one sequence", tokens(params.seq_tokens));
     dumps_.push_back(graph::snapshot_graph(*cg.prepared, std::move(label)));
-    graph::write_graph_dump(dumps_, dump_path_);
+    try {
+      graph::write_graph_dump(dumps_, dump_path_);
+    } catch (const Error& e) {  // a diagnostic: it never fails the forward
+      log_warn("graph dump: {}; no more graph dumps", e.what());
+      dump_path_.clear();
+    }
   }
   graphs_.push_front(std::move(cg));
   if (graphs_.size() > kMaxCachedGraphs) graphs_.pop_back();

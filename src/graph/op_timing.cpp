@@ -22,10 +22,13 @@ struct Totals {
   double ms = 0.0;
 };
 
+/// One trace event, 24 bytes: names are indices into State::names (a run repeats a few hundred
+/// node names and op classes), so a million events take 24 MB.
 struct TraceEvent {
-  std::string name, cat;
-  double ts_us, dur_us;
-  int tid;  ///< 0 forwards, 1 CPU nodes, 2 CUDA nodes
+  uint32_t name, cat;
+  double ts_us;
+  float dur_us;
+  uint8_t tid;  ///< 0 forwards, 1 CPU nodes, 2 CUDA nodes
   bool prefill;
 };
 
@@ -35,6 +38,8 @@ struct State {
   Totals steps[2];  ///< [decode, prefill]
   std::string trace_path;  ///< --trace-out file, or empty
   std::vector<TraceEvent> events;
+  std::map<std::string, uint32_t, std::less<>> name_ids;  ///< interned names
+  std::vector<std::string> names;
   uint64_t dropped = 0;  ///< events past kMaxTraceEvents
 };
 
@@ -133,26 +138,38 @@ void reset_op_timing() {
   s.rows.clear();
   s.steps[0] = s.steps[1] = Totals{};
   s.events.clear();
+  s.names.clear();
+  s.name_ids.clear();
   s.dropped = 0;
 }
 
 namespace {
 std::atomic<bool> g_trace_on{false};
 
-void push_event(TraceEvent e) {
+uint32_t intern(State& s, std::string_view name) {
+  const auto it = s.name_ids.find(name);
+  if (it != s.name_ids.end()) return it->second;
+  const auto id = static_cast<uint32_t>(s.names.size());
+  s.names.emplace_back(name);
+  s.name_ids.emplace(std::string(name), id);
+  return id;
+}
+
+void push_event(std::string_view name, std::string_view cat, double ts_us, double dur_us, int tid, bool prefill) {
   State& s = state();
   std::lock_guard lock(s.mu);
   if (s.events.size() >= kMaxTraceEvents) {
     ++s.dropped;
     return;
   }
-  s.events.push_back(std::move(e));
+  s.events.push_back({intern(s, name), intern(s, cat), ts_us, static_cast<float>(dur_us), static_cast<uint8_t>(tid), prefill});
 }
 }  // namespace
 
 void set_trace_out(const std::string& path) {
   if (!path.empty() && (path.size() < 5 || path.compare(path.size() - 5, 5, ".json") != 0))
     fail("trace file {}: the name must end in .json (Chrome / Perfetto trace-event JSON)", path);
+  if (!path.empty()) check_output_path(path);  // a bad folder fails now, not after the run
   State& s = state();
   {
     std::lock_guard lock(s.mu);
@@ -172,45 +189,47 @@ double trace_clock_ms() {
 void record_trace_node(bool prefill, std::string_view node, std::string_view op, double start_ms, double dur_ms,
                        bool cuda) {
   if (!trace_out_enabled()) return;
-  push_event({std::string(node), std::string(op), 1000.0 * start_ms, 1000.0 * dur_ms, cuda ? 2 : 1, prefill});
+  push_event(node, op, 1000.0 * start_ms, 1000.0 * dur_ms, cuda ? 2 : 1, prefill);
 }
 
 void record_trace_step(bool prefill, double start_ms, double dur_ms) {
   if (!trace_out_enabled()) return;
-  push_event({prefill ? "prefill forward" : "decode forward", "forward", 1000.0 * start_ms, 1000.0 * dur_ms, 0, prefill});
+  push_event(prefill ? "prefill forward" : "decode forward", "forward", 1000.0 * start_ms, 1000.0 * dur_ms, 0, prefill);
 }
 
 void write_trace_out() {
   State& s = state();
-  std::string path;
-  nlohmann::json doc;
-  {
-    std::lock_guard lock(s.mu);
-    if (s.trace_path.empty()) return;
-    path = s.trace_path;
-    nlohmann::json ev = nlohmann::json::array();
-    // Track names (metadata events).
-    const char* tracks[] = {"forwards", "CPU nodes", "CUDA nodes"};
-    for (int t = 0; t < 3; ++t)
-      ev.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", t}, {"args", {{"name", tracks[t]}}}});
-    ev.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 1}, {"tid", 0}, {"args", {{"name", "minfer"}}}});
-    for (const TraceEvent& e : s.events)
-      ev.push_back({{"name", e.name},
-                    {"cat", e.cat},
-                    {"ph", "X"},
-                    {"ts", e.ts_us},
-                    {"dur", e.dur_us},
-                    {"pid", 1},
-                    {"tid", e.tid},
-                    {"args", {{"phase", e.prefill ? "prefill" : "decode"}}}});
-    doc["traceEvents"] = std::move(ev);
-    doc["displayTimeUnit"] = "ms";
-    if (s.dropped > 0) doc["otherData"] = {{"dropped_events", s.dropped}, {"kept_events", s.events.size()}};
+  std::lock_guard lock(s.mu);
+  if (s.trace_path.empty()) return;
+  // Streamed, not built as one JSON value: a million events stay a million short lines. Names
+  // are JSON-escaped once each (model files name the nodes: invalid UTF-8 is replaced).
+  std::vector<std::string> quoted;
+  quoted.reserve(s.names.size());
+  for (const std::string& n : s.names)
+    quoted.push_back(nlohmann::json(n).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  std::string out = "{\"displayTimeUnit\":\"ms\",";
+  if (s.dropped > 0)
+    out += fmt::format("\"otherData\":{{\"dropped_events\":{},\"kept_events\":{}}},", s.dropped, s.events.size());
+  out += "\"traceEvents\":[\n";
+  out += "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"tid\":0,\"args\":{\"name\":\"minfer\"}}";
+  const char* tracks[] = {"forwards", "CPU nodes", "CUDA nodes"};
+  for (int t = 0; t < 3; ++t)
+    out += fmt::format(",\n{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":{},\"args\":{{\"name\":\"{}\"}}}}", t,
+                       tracks[t]);
+  AtomicFile f(s.trace_path);
+  for (const TraceEvent& e : s.events) {
+    // Microseconds with nanosecond digits: no binary-fraction noise in the file.
+    out += fmt::format(",\n{{\"name\":{},\"cat\":{},\"ph\":\"X\",\"ts\":{:.3f},\"dur\":{:.3f},\"pid\":1,\"tid\":{},"
+                       "\"args\":{{\"phase\":\"{}\"}}}}",
+                       quoted[e.name], quoted[e.cat], e.ts_us, static_cast<double>(e.dur_us), e.tid,
+                       e.prefill ? "prefill" : "decode");
+    if (out.size() >= (1u << 20)) {
+      f.write(out.data(), out.size());
+      out.clear();
+    }
   }
-  // Node names come from model files: invalid UTF-8 is replaced, not an error.
-  const std::string text = doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-  AtomicFile f(path);
-  f.write(text.data(), text.size());
+  out += "\n]}\n";
+  f.write(out.data(), out.size());
   f.commit();
 }
 

@@ -17,6 +17,7 @@
 
 #include "cuda/kernels/hgemm.cuh"
 #include "cuda/kernels/matmul.cuh"
+#include "cuda/kernels/mmq.cuh"
 #include "cuda_matmul_util.h"
 #include "cuda_test_util.h"
 #include "../gguf_test_util.h"
@@ -118,7 +119,7 @@ TEST_P(CudaFusion, FusedLayerIsBitwiseEqualToTheUnfusedLayer) {
   const TypeSet ts = GetParam();
   const LayerWeights lw(ts.qk, ts.v, ts.o, ts.gu, ts.d);
   for (const char* mode : {"auto", "mmq"})
-    for (int64_t nt : {1, 3, 8, 12, 16, 40}) {
+    for (int64_t nt : {1, 3, 8, 12, 16, 40, 80}) {
       if (std::string(mode) == "mmq" && nt < 16) continue;  // the same kernels as auto
       test::ScopedEnv env("MINFER_CUDA_PREFILL_MATMUL", mode);
       const auto x = test::random_floats(static_cast<size_t>(kEmbd * nt), 600 + static_cast<uint32_t>(nt));
@@ -131,7 +132,9 @@ TEST_P(CudaFusion, FusedLayerIsBitwiseEqualToTheUnfusedLayer) {
       ASSERT_EQ(fused.outputs.size(), 3u);
       const char* names[] = {"x3", "k", "v"};
       // The f16 FFN of the fused layer (f16 tensor cores, quantized weights) keeps h in f16.
-      const bool f16_ffn = std::string(mode) == "auto" && nt >= cuda::mm::kF16GemmMinTokens &&
+      // (On sm_90 decode-sized batches, up to kMmqDecodeMaxTokens, stay on MMQ.)
+      const bool mmq_decode = cuda::context_compute_capability() >= 90 && nt <= cuda::mm::kMmqDecodeMaxTokens;
+      const bool f16_ffn = std::string(mode) == "auto" && nt >= cuda::mm::kF16GemmMinTokens && !mmq_decode &&
                            type_traits(ts.gu).block_size > 1 && type_traits(ts.d).block_size > 1;
       for (size_t i = 0; i < 3; ++i) {
         SCOPED_TRACE(std::string(ts.name) + " " + mode + " nt " + std::to_string(nt) + " " + names[i]);

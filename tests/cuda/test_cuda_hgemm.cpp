@@ -22,6 +22,7 @@
 #include "cuda/kernels/hgemm.cuh"
 #include "cuda/kernels/launch.cuh"
 #include "cuda/kernels/matmul.cuh"
+#include "cuda/kernels/mmq.cuh"
 #include "cuda_matmul_util.h"
 #include "cuda_test_util.h"
 #include "quant/quant.h"
@@ -513,8 +514,12 @@ TEST(CudaF16GemmApi, routing_follows_the_prefill_matmul_switch) {
   }
   {
     test::ScopedEnv e("MINFER_CUDA_PREFILL_MATMUL", "");
-    EXPECT_EQ(cuda::f16_gemm_serves(t, 4096, cuda::mm::kF16GemmMinTokens), true);
     EXPECT_EQ(cuda::f16_gemm_serves(t, 4096, cuda::mm::kF16GemmMinTokens - 1), false);
+    // sm_90: decode-sized batches stay on MMQ (split k for small grids), up to kMmqDecodeMaxTokens.
+    const bool sm90 = cuda::context_compute_capability() >= 90;
+    EXPECT_EQ(cuda::f16_gemm_serves(t, 4096, cuda::mm::kF16GemmMinTokens), !sm90);
+    EXPECT_EQ(cuda::f16_gemm_serves(t, 4096, cuda::mm::kMmqDecodeMaxTokens), !sm90);
+    EXPECT_EQ(cuda::f16_gemm_serves(t, 4096, cuda::mm::kMmqDecodeMaxTokens + 1), true);
   }
   EXPECT_EQ(cuda::f16_gemm_scratch_bytes(TensorType::F16, 4096, 100, 512), 0u);
   // 100 rows of 4096 at 512 tokens: one chunk; the f16 activations, the rows, and the partial

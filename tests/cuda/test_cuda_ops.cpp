@@ -260,11 +260,12 @@ TEST(CudaOps, OutOfRangeRowIdIsAnErrorAtSynchronize) {
 }
 
 TEST(CudaOps, APrefillActivationBeyondTheF16RangeIsAnErrorAtSynchronize) {
-  // A 16-token product with Q8_0 weights takes the f16 tensor-core GEMM by default; one
+  // An 80-token product with Q8_0 weights takes the f16 tensor-core GEMM by default (above
+  // kMmqDecodeMaxTokens, which stay on MMQ on sm_90; from kF16GemmMinTokens elsewhere); one
   // activation of 1e5 (finite in f32 and in the Q8 plane, infinite in f16) must not pass on as
   // infinity unseen. With MINFER_CUDA_PREFILL_MATMUL=mmq (int8 products) the same graph runs.
   MINFER_REQUIRE_CUDA();
-  const int64_t k = 256, m = 64, nt = 16;
+  const int64_t k = 256, m = 64, nt = 80;
   const auto wv = random_floats(static_cast<size_t>(k * m), 91, 0.05f);
   const size_t rb = row_bytes(TensorType::Q8_0, k);
   std::vector<uint8_t> wq(rb * m);

@@ -245,6 +245,8 @@ double run_parallel(Engine& e, const Test& t, int64_t n_batch, std::mt19937& rng
 // tokens. Returns nanoseconds of the timed part.
 /// Forwards timed by a verify test (v<K>): enough that a 7B's ~3 ms steps add up to ~0.1 s.
 constexpr int kVerifySteps = 32;
+/// Most tokens of one verify test (--n-verify): drafts beyond this are no speculation.
+constexpr int64_t kMaxVerifyTokens = 4096;
 
 // One timed verify run: the untimed depth, then kVerifySteps forwards of K random tokens at
 // positions depth .. depth + K - 1, each with the logits of all K rows (what a speculative
@@ -472,9 +474,12 @@ void bench(const BenchArgs& args) {
     }
   // Verify tests are of one sequence: once per depth, whatever -npl says.
   for (const int64_t depth : int_list(a.depth, "-d", 0))
-    for (const int64_t k : int_list(a.n_verify, "--n-verify", 1)) tests.push_back({0, 0, depth, 1, k});
+    for (const int64_t k : int_list(a.n_verify, "--n-verify", 1)) {
+      if (k > kMaxVerifyTokens) fail("bench: --n-verify {} is more than the {} tokens one verify may hold", k, kMaxVerifyTokens);
+      tests.push_back({0, 0, depth, 1, k});
+    }
   if (tests.empty()) fail("bench: no tests to run (-p and -n are all 0 and no -pg or --n-verify was given)");
-  if (!a.graph_dump.empty()) (void)graph::graph_dump_format(a.graph_dump);
+  check_observability_files(a.graph_dump, a.trace_out);
   if (a.profile) graph::set_op_timing(true);
   if (!a.trace_out.empty()) graph::set_trace_out(a.trace_out);
   const std::vector<std::string> ctk_given = a.ctk.empty() ? std::vector<std::string>{default_cache_type()} : a.ctk;
@@ -648,8 +653,9 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--n-verify", a->n_verify,
                   "verify tests v<K> (list; minfer's own): after the depth, forwards of K tokens with the logits "
-                  "of every row, each removed again (a speculative verify of K - 1 drafts); t/s counts the K tokens "
-                  "of every forward, so K / t/s is one verify's time");
+                  "of every row, each removed again (a speculative verify of K - 1 drafts; 32 forwards a run, K at "
+                  "most 4096, one sequence whatever -npl says); t/s counts the K tokens of every forward, so K / t/s "
+                  "is one verify's time");
   cmd->add_option("-r,--repetitions", a->reps, "repetitions of each test")->capture_default_str();
   cmd->add_option("-t,--threads", a->threads, "CPU threads (list; default: all cores)");
   cmd->add_option("-b,--batch-size", a->n_batch, "tokens per decode call (list)")->capture_default_str();

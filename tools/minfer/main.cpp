@@ -91,48 +91,53 @@ int main(int argc, char** argv) {
   });
   std::reverse(args.begin(), args.end());  // CLI11 wants the arguments in reverse order
   // Op timing (--profile, MINFER_OP_TIMING=1): the table goes to stderr when the command ends,
-  // also when it ends with an error; then the --trace-out file is written.
-  struct PrintOpTiming {
-    ~PrintOpTiming() {
-      try {
-        if (!minfer::graph::op_timing_enabled()) return;
+  // also when it ends with an error; then the --trace-out file is written (a failure to write it
+  // is an error of the command: exit 1).
+  const auto finish = [](int rc) {
+    try {
+      if (minfer::graph::op_timing_enabled()) {
         const std::string t = minfer::graph::op_timing_table();
         if (!t.empty()) std::fputs(t.c_str(), stderr);
-      } catch (...) {  // a malformed MINFER_OP_TIMING was reported as the command's error
       }
-      try {
-        minfer::graph::write_trace_out();
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "minfer: error: %s\n", minfer::printable(e.what()).c_str());
-      }
+    } catch (...) {  // a malformed MINFER_OP_TIMING was reported as the command's error
     }
-  } print_op_timing;
-  try {
-    app.parse(args);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);  // --help: the usage text, exit 0
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);  // --version and the like
-    // A usage error is one line like every other error, exit status 1.
-    // An argument that nothing took is named first: CLI11 checks required options and converts
-    // values before it looks at those, so `minfer bench --bogus` would say "--model is required".
-    const std::vector<std::string> extras = app.remaining(/*recurse=*/true);
-    const std::string what = extras.empty() ? std::string(e.what()) : extras_error(extras);
-    // The hint names the command's own help when a command was given (an unknown one was refused
-    // above).
-    const std::string help = command_name.empty() ? "minfer --help" : "minfer " + command_name + " --help";
-    std::fprintf(stderr, "minfer: error: %s (see '%s')\n", minfer::printable(what).c_str(), help.c_str());
-    return 1;
-  } catch (const minfer::Error& e) {
-    // Messages quote file data (names, metadata, token texts): escaped so that the error stays
-    // one line and cannot drive the terminal.
-    std::fprintf(stderr, "minfer: error: %s\n", minfer::printable(e.what()).c_str());
-    return 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "minfer: error: %s\n", minfer::printable(e.what()).c_str());
-    return 1;
-  }
-  return 0;
+    try {
+      minfer::graph::write_trace_out();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "minfer: error: %s\n", minfer::printable(e.what()).c_str());
+      return rc == 0 ? 1 : rc;
+    }
+    return rc;
+  };
+  const auto run_command = [&]() -> int {
+    try {
+      app.parse(args);
+    } catch (const CLI::CallForHelp& e) {
+      return app.exit(e);  // --help: the usage text, exit 0
+    } catch (const CLI::CallForAllHelp& e) {
+      return app.exit(e);
+    } catch (const CLI::ParseError& e) {
+      if (e.get_exit_code() == 0) return app.exit(e);  // --version and the like
+      // A usage error is one line like every other error, exit status 1.
+      // An argument that nothing took is named first: CLI11 checks required options and converts
+      // values before it looks at those, so `minfer bench --bogus` would say "--model is required".
+      const std::vector<std::string> extras = app.remaining(/*recurse=*/true);
+      const std::string what = extras.empty() ? std::string(e.what()) : extras_error(extras);
+      // The hint names the command's own help when a command was given (an unknown one was refused
+      // above).
+      const std::string help = command_name.empty() ? "minfer --help" : "minfer " + command_name + " --help";
+      std::fprintf(stderr, "minfer: error: %s (see '%s')\n", minfer::printable(what).c_str(), help.c_str());
+      return 1;
+    } catch (const minfer::Error& e) {
+      // Messages quote file data (names, metadata, token texts): escaped so that the error stays
+      // one line and cannot drive the terminal.
+      std::fprintf(stderr, "minfer: error: %s\n", minfer::printable(e.what()).c_str());
+      return 1;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "minfer: error: %s\n", minfer::printable(e.what()).c_str());
+      return 1;
+    }
+    return 0;
+  };
+  return finish(run_command());
 }

@@ -5,10 +5,12 @@
 #include <charconv>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <random>
 
 #include "core/ascii.h"
+#include "core/atomic_file.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -70,6 +72,25 @@ void apply_flash_attn(const std::string& fa) {
                fa == "off" ? std::optional<std::string>("1") : fa == "on" ? std::optional<std::string>("0") : std::nullopt);
 }
 
+void check_observability_files(const std::string& graph_dump, const std::string& trace_out) {
+  if (!graph_dump.empty()) {
+    (void)graph::graph_dump_format(graph_dump);
+    check_output_path(graph_dump);
+  }
+  if (!trace_out.empty()) check_output_path(trace_out);
+  const std::string dump = graph_dump.empty() ? env_string("MINFER_GRAPH_DUMP") : graph_dump;
+  if (!dump.empty() && !trace_out.empty()) {
+    std::error_code ec;
+    const auto full = [&ec](const std::string& f) {  // absolute first: "x.json" and "./x.json" meet
+      return std::filesystem::weakly_canonical(std::filesystem::absolute(f, ec), ec);
+    };
+    const auto a = full(dump), b = full(trace_out);
+    if (a == b)
+      fail("--trace-out {} and {} {} name the same file: give them two", trace_out,
+           graph_dump.empty() ? "MINFER_GRAPH_DUMP" : "--graph-dump", dump);
+  }
+}
+
 EngineConfig ModelArgs::checked_config() const {
   EngineConfig c;
   c.device = parse_device(device);
@@ -88,7 +109,7 @@ EngineConfig ModelArgs::checked_config() const {
     fail("K cache type {} and V cache type {} differ: minfer's attention kernels read one KV format, give the "
          "same type to both (-ctk/-ctv, or --cache-type)", k, v);
   (void)parse_flash_attn(flash_attn);
-  if (!graph_dump.empty()) (void)graph::graph_dump_format(graph_dump);
+  check_observability_files(graph_dump, trace_out);
   c.graph_dump = graph_dump;
   if (profile) graph::set_op_timing(true);
   if (!trace_out.empty()) graph::set_trace_out(trace_out);

@@ -21,6 +21,11 @@ namespace minfer::cli {
 /// "f16". Shared by --cache-type (run, chat, perplexity) and bench's -ctk.
 std::string default_cache_type();
 
+/// The files of --graph-dump and --trace-out (either may be empty): a dump name that is not .dot
+/// or .json, a file that cannot be written (check_output_path), or one file for both (the graph
+/// dump may come from MINFER_GRAPH_DUMP) throws minfer::Error naming them. Before any work.
+void check_observability_files(const std::string& graph_dump, const std::string& trace_out);
+
 struct ModelArgs {
   std::string model;
   std::string device = "cpu";

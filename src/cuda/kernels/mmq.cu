@@ -676,7 +676,7 @@ bool launch_mmq_batch(TensorType type, const MatmulOut* outs, int n_outs, int64_
     note_launch_failure("matmul_bad_args", cudaErrorInvalidValue);
     return false;
   }
-  if (tile_bn == 0 || tile_bn == kMmqThinBN)
+  if (tile_bn == 0)  // a forced tile (tests, MINFER_CUDA_MMQ_TILE) runs unsplit
     bp.splits = mmq_split_count(type, row_tiles * BM, L.n, L.k, context_sm_count(), context_compute_capability());
 #define MINFER_MMQ_CASE(T, name, block)                                 \
   case TensorType::T:                                                   \

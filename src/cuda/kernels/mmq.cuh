@@ -75,7 +75,7 @@ inline constexpr int64_t kMmqDecodeMaxTokens = 64;
 /// Most k splits of one MMQ launch (a thread-block cluster's size: 8 is the portable limit).
 inline constexpr int kMmqMaxSplits = 8;
 
-/// The k splits launch_mmq / launch_mmq_batch use for m rows (all outputs together), n tokens and
+/// The k splits launch_mmq / launch_mmq_batch use (with tile_bn 0; a forced tile never splits) for m rows (all outputs together), n tokens and
 /// row length k on a device of `sm_count` SMs and compute capability `compute_capability` (90 for
 /// sm_90): 1 (no split) unless the device is sm_90 or newer (thread-block clusters), the thin
 /// token tile is used and the grid covers fewer than half the SMs; then enough splits for about
