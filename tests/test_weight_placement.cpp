@@ -1,10 +1,10 @@
-// The weight-placement rule (models/weight_placement.h): a pure function, checked here on the CPU.
+// The weight-placement rule (graph/weight_placement.h): a pure function, checked here on the CPU.
 #include <gtest/gtest.h>
 
 #include <vector>
 
 #include "gguf_test_util.h"
-#include "models/weight_placement.h"
+#include "graph/weight_placement.h"
 
 namespace minfer {
 namespace {

@@ -16,7 +16,7 @@
 #include "cuda/kernels/kv.cuh"
 #include "cuda/kernels/launch.cuh"
 #include "cuda/kernels/matmul.cuh"
-#include "models/weight_placement.h"
+#include "graph/weight_placement.h"
 
 namespace minfer::cuda {
 namespace {

@@ -54,7 +54,7 @@ class CudaBackend final : public graph::Backend {
   void* buffer_ptr(int32_t id) const override;
   uint64_t pool_generation() const override { return generation_; }
 
-  /// Places `w` by place_weight (models/weight_placement.h): refused -> minfer::Error naming the
+  /// Places `w` by place_weight (graph/weight_placement.h): refused -> minfer::Error naming the
   /// tensor and its type; otherwise the context uploads it (or reuses an identical copy).
   void register_weight(const graph::WeightTensor& w) override;
   /// The device copy this backend registered for `w` (minfer::Error when never registered, or

@@ -1,4 +1,4 @@
-#include "models/weight_placement.h"
+#include "graph/weight_placement.h"
 
 #include <algorithm>
 
