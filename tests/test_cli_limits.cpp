@@ -186,6 +186,7 @@ TEST(CliLimits, observability_files_are_checked_before_the_run) {
   const std::string bench = "bench -m " + model() + " -p 0 -n 2 -r 1 -t 1 ";
   expect_one_line_error(bench + "--trace-out /nonexistent-minfer-dir/t.json", "/nonexistent-minfer-dir/t.json");
   expect_one_line_error(bench + "--graph-dump /nonexistent-minfer-dir/g.dot", "/nonexistent-minfer-dir/g.dot");
+  expect_one_line_error(bench + "--trace-out ''", "--trace-out needs a file name");
   const std::string dir = test::temp_dir().string();
   expect_one_line_error(bench + "--trace-out " + dir + "/same.json --graph-dump " + dir + "/./same.json",
                         "name the same file");

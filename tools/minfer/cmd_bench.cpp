@@ -58,6 +58,8 @@ struct BenchArgs {
   std::string trace_out;   ///< --trace-out FILE.json (graph/op_timing.h)
   std::vector<std::string> ngl, fa, mmap;
   const CLI::Option* device_opt = nullptr;  ///< was --device given?
+  const CLI::Option* dump_opt = nullptr;    ///< was --graph-dump given (maybe empty)?
+  const CLI::Option* trace_opt = nullptr;   ///< was --trace-out given (maybe empty)?
 };
 
 // "1,2,3" and repeated flags both give lists (llama-bench accepts both). An empty entry
@@ -479,6 +481,8 @@ void bench(const BenchArgs& args) {
       tests.push_back({0, 0, depth, 1, k});
     }
   if (tests.empty()) fail("bench: no tests to run (-p and -n are all 0 and no -pg or --n-verify was given)");
+  check_not_empty(a.dump_opt, a.graph_dump);
+  check_not_empty(a.trace_opt, a.trace_out);
   check_observability_files(a.graph_dump, a.trace_out);
   if (a.profile) graph::set_op_timing(true);
   if (!a.trace_out.empty()) graph::set_trace_out(a.trace_out);
@@ -667,13 +671,13 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("-o,--output", a->output, "md, json, jsonl, csv or sql")->capture_default_str();
   cmd->add_flag("--progress", a->progress, "log each repetition");
   cmd->add_flag("--no-warmup", a->no_warmup, "skip the untimed warm-up run before each test");
-  cmd->add_option("--graph-dump", a->graph_dump,
+  a->dump_opt = cmd->add_option("--graph-dump", a->graph_dump,
                   "write the prepared compute graphs of the first row (one per ubatch shape, at most 8) to FILE: "
                   "Graphviz DOT for .dot, JSON for .json (also MINFER_GRAPH_DUMP)");
   cmd->add_flag("--profile", a->profile,
                 "time every graph node and print a per-op table (prefill and decode) when the bench ends "
                 "(also MINFER_OP_TIMING=1; the timed rows' t/s include the timing's cost)");
-  cmd->add_option("--trace-out", a->trace_out,
+  a->trace_opt = cmd->add_option("--trace-out", a->trace_out,
                   "write a Chrome/Perfetto trace-event file (.json) of every forward and graph node when the bench ends "
                   "(times nodes as --profile does)");
   // llama-bench's -ngl: a model is placed whole, so 0 is a CPU row and the layer count or more a

@@ -94,6 +94,7 @@ int main(int argc, char** argv) {
   // also when it ends with an error; then the --trace-out file is written (a failure to write it
   // is an error of the command: exit 1).
   const auto finish = [](int rc) {
+    std::fflush(stdout);  // the command's own output first (perplexity's estimate, bench's table)
     try {
       if (minfer::graph::op_timing_enabled()) {
         const std::string t = minfer::graph::op_timing_table();

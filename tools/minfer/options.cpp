@@ -41,13 +41,13 @@ void ModelArgs::add(CLI::App* cmd) {
       ->capture_default_str();
   cmd->add_option("-b,--batch-size", batch, "llama.cpp's logical batch: the ubatch is at most this (0: no limit)");
   cmd->add_flag("--no-warmup", no_warmup, "accepted for llama.cpp command lines (minfer runs no warm-up pass)");
-  cmd->add_option("--graph-dump", graph_dump,
+  dump_opt = cmd->add_option("--graph-dump", graph_dump,
                   "write the prepared compute graphs (one per ubatch shape, at most 8; after fusion and device "
                   "assignment) to FILE: Graphviz DOT for .dot, JSON for .json (also MINFER_GRAPH_DUMP)");
   cmd->add_flag("--profile", profile,
                 "time every graph node and print a per-op table (prefill and decode: count, total, mean, share of "
                 "the forward) when the command ends (also MINFER_OP_TIMING=1; CUDA: events, graphs off)");
-  cmd->add_option("--trace-out", trace_out,
+  trace_opt = cmd->add_option("--trace-out", trace_out,
                   "write a Chrome/Perfetto trace-event file (.json) of every forward and graph node when the command "
                   "ends (opens in ui.perfetto.dev; times nodes as --profile does)");
 }
@@ -70,6 +70,10 @@ std::string parse_flash_attn(const std::string& value) {
 void apply_flash_attn(const std::string& fa) {
   env_override("MINFER_CUDA_NO_FLASH_ATTN",
                fa == "off" ? std::optional<std::string>("1") : fa == "on" ? std::optional<std::string>("0") : std::nullopt);
+}
+
+void check_not_empty(const CLI::Option* opt, const std::string& value) {
+  if (opt != nullptr && opt->count() > 0 && value.empty()) fail("{} needs a file name (it was given an empty one)", opt->get_name());
 }
 
 void check_observability_files(const std::string& graph_dump, const std::string& trace_out) {
@@ -109,6 +113,8 @@ EngineConfig ModelArgs::checked_config() const {
     fail("K cache type {} and V cache type {} differ: minfer's attention kernels read one KV format, give the "
          "same type to both (-ctk/-ctv, or --cache-type)", k, v);
   (void)parse_flash_attn(flash_attn);
+  check_not_empty(dump_opt, graph_dump);
+  check_not_empty(trace_opt, trace_out);
   check_observability_files(graph_dump, trace_out);
   c.graph_dump = graph_dump;
   if (profile) graph::set_op_timing(true);

@@ -26,6 +26,9 @@ std::string default_cache_type();
 /// dump may come from MINFER_GRAPH_DUMP) throws minfer::Error naming them. Before any work.
 void check_observability_files(const std::string& graph_dump, const std::string& trace_out);
 
+/// Throws minfer::Error when `opt` (--graph-dump, --trace-out) was given with an empty value.
+void check_not_empty(const CLI::Option* opt, const std::string& value);
+
 struct ModelArgs {
   std::string model;
   std::string device = "cpu";
@@ -42,6 +45,8 @@ struct ModelArgs {
   bool profile = false;    ///< --profile: op timing on (graph/op_timing.h), its table at the end
   std::string trace_out;   ///< --trace-out FILE.json: trace events of every forward (graph/op_timing.h)
   const CLI::Option* device_opt = nullptr;  ///< set by add(): was --device given?
+  const CLI::Option* dump_opt = nullptr;    ///< set by add(): was --graph-dump given (maybe empty)?
+  const CLI::Option* trace_opt = nullptr;   ///< set by add(): was --trace-out given (maybe empty)?
 
   /// Adds -m/--model, --device, -t/--threads, -c/--ctx-size, -ub/--ubatch-size, --cache-type,
   /// -ctk/-ctv, -ngl/--n-gpu-layers, -fa/--flash-attn, -b/--batch-size, --no-warmup, --graph-dump, --profile, --trace-out.
