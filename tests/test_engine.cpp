@@ -234,6 +234,44 @@ TEST(KvCompaction, PlanMovesRunsDownInOrder) {
   EXPECT_EQ(kv.cells()[4].pos, -1);
 }
 
+// seq_pos_max answers from a table recomputed after each change of the cells: after every kind
+// of change (allocate, remove, seq_cp, seq_keep, seq_add, release, set_cell, compact, clear) each
+// sequence's answer equals a scan of the cells.
+TEST(KvCache, SeqPosMaxFollowsEveryChangeOfTheCells) {
+  cpu::CpuBackend cpu(1);
+  KvCache kv(cpu, 1, 32, 64, TensorType::F32);
+  const auto check = [&](const char* after) {
+    for (int32_t seq = -1; seq <= KvCache::kMaxSeq; ++seq) {
+      int32_t want = -1;
+      for (const KvCache::Cell& c : kv.cells())
+        if (c.pos >= 0 && c.has(seq)) want = std::max(want, c.pos);
+      ASSERT_EQ(kv.seq_pos_max(seq), want) << "sequence " << seq << " after " << after;
+    }
+  };
+  check("construction");
+  const int32_t p[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+  kv.allocate(0, std::span(p, 8));
+  check("allocate 0");
+  const auto cells3 = kv.allocate(3, std::span(p, 5));
+  check("allocate 3");
+  kv.remove(0, 6, -1);
+  check("remove");
+  kv.seq_cp(0, 63, 0, 4);
+  check("seq_cp");
+  (void)kv.seq_add(3, 2, -1, 10);
+  check("seq_add");
+  kv.release_cells(std::span(cells3.data(), 1));
+  check("release_cells");
+  kv.set_cell(40, KvCache::Cell{99, uint64_t{1} << 5});
+  check("set_cell");
+  (void)kv.compact();
+  check("compact");
+  kv.seq_keep(63);
+  check("seq_keep");
+  kv.clear();
+  check("clear");
+}
+
 void expect_error(const std::function<void()>& f, const std::vector<std::string>& needles) {
   try {
     f();

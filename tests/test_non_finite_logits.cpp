@@ -139,6 +139,34 @@ TEST(NonFiniteLogits, engine_forward_refuses_a_non_finite_row_of_any_caller) {
             "weights or activations are not finite");
 }
 
+// A step of many rows (scanned on the CPU backend's threads) names the first non-finite row in
+// batch order: token 9's embedding holds a NaN, so the rows of sequences 2 and 3 (which start
+// with it) are NaN, while the rows of sequences 0 and 1 before them in the batch are finite.
+TEST(NonFiniteLogits, a_many_row_step_names_the_first_bad_row_in_batch_order) {
+  const auto dir = test::temp_dir();
+  const auto model =
+      Model::load(test::write_tokenized_model(planted(f32_spec(), "token_embd.weight", 9, 3, kNaN), dir, 300).string());
+  EngineConfig cfg = small_config();
+  cfg.n_threads = 2;
+  Engine engine(model, cfg);
+  Batch b;
+  const auto add = [&](int32_t seq, std::vector<int32_t> toks) {
+    for (size_t i = 0; i < toks.size(); ++i) {
+      b.tokens.push_back(toks[i]);
+      b.positions.push_back(static_cast<int32_t>(i));
+      b.seq_ids.push_back(seq);
+      b.logits.push_back(1);
+    }
+  };
+  add(0, {5, 6, 7});
+  add(1, {4, 4});
+  add(2, {9, 12, 13});
+  add(3, {9, 10});
+  EXPECT_EQ(test::error_of([&] { (void)engine.forward(b); }),
+            "batch of 10 tokens (position 0, sequence 2): logits contain NaN (first at vocab id 0); the model's "
+            "weights or activations are not finite");
+}
+
 TEST(NonFiniteLogits, perplexity_of_a_nan_model_is_an_error_not_nan) {
   const auto dir = test::temp_dir();
   const auto model = Model::load(

@@ -1,6 +1,7 @@
 #include "kv/kv_cache.h"
 
 #include <algorithm>
+#include <bit>
 #include <string>
 #include <limits>
 
@@ -81,6 +82,7 @@ void KvCache::set_seq_cells(int32_t seq, int64_t begin, int64_t end) {
 }
 
 std::vector<int32_t> KvCache::allocate(int32_t seq, std::span<const int32_t> positions) {
+  touched();  // the cell table may change: seq_pos_max recomputes
   check_seq(seq, false, "allocate");
   const auto n = static_cast<int64_t>(positions.size());
   std::vector<int32_t> out;
@@ -124,6 +126,7 @@ std::vector<int32_t> KvCache::allocate(int32_t seq, std::span<const int32_t> pos
 }
 
 void KvCache::remove(int32_t seq, int32_t p0, int32_t p1) {
+  touched();  // the cell table may change: seq_pos_max recomputes
   check_seq(seq, true, "seq_rm");
   for (Cell& c : cells_) {
     if (c.pos < 0 || (seq >= 0 && !c.has(seq)) || !in_range(c.pos, p0, p1)) continue;
@@ -133,6 +136,7 @@ void KvCache::remove(int32_t seq, int32_t p0, int32_t p1) {
 }
 
 void KvCache::seq_cp(int32_t src, int32_t dst, int32_t p0, int32_t p1) {
+  touched();  // the cell table may change: seq_pos_max recomputes
   check_seq(src, false, "seq_cp");
   check_seq(dst, false, "seq_cp");
   if (src == dst) return;
@@ -142,6 +146,7 @@ void KvCache::seq_cp(int32_t src, int32_t dst, int32_t p0, int32_t p1) {
 }
 
 void KvCache::seq_keep(int32_t seq) {
+  touched();  // the cell table may change: seq_pos_max recomputes
   check_seq(seq, false, "seq_keep");
   for (Cell& c : cells_) {
     c.seqs &= uint64_t{1} << seq;
@@ -150,6 +155,7 @@ void KvCache::seq_keep(int32_t seq) {
 }
 
 std::vector<int32_t> KvCache::seq_add(int32_t seq, int32_t p0, int32_t p1, int32_t delta) {
+  touched();  // the cell table may change: seq_pos_max recomputes
   check_seq(seq, false, "seq_add");
   std::vector<int32_t> changed;
   if (delta == 0) return changed;
@@ -183,6 +189,7 @@ std::vector<int32_t> KvCache::seq_cells(int32_t seq) const {
 }
 
 void KvCache::set_cell(int32_t cell, Cell c) {
+  touched();  // the cell table may change: seq_pos_max recomputes
   if (cell < 0 || cell >= n_ctx_) fail("KV cache: cell {} is outside [0, {})", cell, n_ctx_);
   if ((c.pos < 0) != (c.seqs == 0)) fail("KV cache: cell {} would be half empty (position {})", cell, c.pos);
   cells_[static_cast<size_t>(cell)] = c;
@@ -221,17 +228,30 @@ void KvCache::write_rows(int64_t layer, int32_t which, std::span<const int32_t> 
 }
 
 void KvCache::release_cells(std::span<const int32_t> cells) {
+  touched();  // the cell table may change: seq_pos_max recomputes
   for (int32_t c : cells)
     if (c >= 0 && c < n_ctx_) cells_[static_cast<size_t>(c)] = Cell{};
 }
 
-void KvCache::clear() { std::fill(cells_.begin(), cells_.end(), Cell{}); }
+void KvCache::clear() {
+  touched();
+  std::fill(cells_.begin(), cells_.end(), Cell{});
+}
 
 int32_t KvCache::seq_pos_max(int32_t seq) const {
-  int32_t m = -1;
-  for (const Cell& c : cells_)
-    if (c.pos >= 0 && c.has(seq)) m = std::max(m, c.pos);
-  return m;
+  if (seq < 0 || seq >= kMaxSeq) return -1;
+  if (!pos_max_valid_) {
+    pos_max_.fill(-1);
+    for (const Cell& c : cells_) {
+      if (c.pos < 0) continue;
+      for (uint64_t m = c.seqs; m != 0; m &= m - 1) {
+        int32_t& v = pos_max_[static_cast<size_t>(std::countr_zero(m))];
+        v = std::max(v, c.pos);
+      }
+    }
+    pos_max_valid_ = true;
+  }
+  return pos_max_[static_cast<size_t>(seq)];
 }
 
 std::vector<KvCache::Move> KvCache::plan_compaction() const {
@@ -252,6 +272,7 @@ std::vector<KvCache::Move> KvCache::plan_compaction() const {
 }
 
 std::vector<KvCache::Move> KvCache::compact() {
+  touched();  // the cell table may change: seq_pos_max recomputes
   const std::vector<Move> moves = plan_compaction();
   // Each move goes to a lower index and moves are in ascending order, so a run never
   // overwrites rows a later move still has to read; within a run the backend moves

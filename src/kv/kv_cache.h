@@ -8,6 +8,7 @@
 // (positions only: Engine::seq_add also re-rotates the K rows). Sequence ids are 0..kMaxSeq-1.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -93,7 +94,9 @@ class KvCache {
   /// Empties the given cells (undoes an allocate()).
   void release_cells(std::span<const int32_t> cells);
 
-  /// Highest position held for `seq`, -1 when none.
+  /// Highest position held for `seq`, -1 when none. O(1) while the table is unchanged: the
+  /// first call after a change recomputes every sequence's in one pass over the cells (a decode
+  /// step of 64 sequences asks for each of them; one pass each cost milliseconds at 30k cells).
   int32_t seq_pos_max(int32_t seq) const;
 
   /// Plans the moves that pack the occupied cells to the front, keeping their order. Moves are
@@ -118,6 +121,11 @@ class KvCache {
   uint64_t row_bytes_;
   std::vector<int32_t> buffers_;  ///< [layer * 2 + which]
   std::vector<Cell> cells_;
+  /// seq_pos_max's answers for every sequence, valid while pos_max_valid_ (every change of
+  /// cells_ clears it: touched()).
+  mutable std::array<int32_t, kMaxSeq> pos_max_{};
+  mutable bool pos_max_valid_ = false;
+  void touched() { pos_max_valid_ = false; }
   struct SeqRange {
     int32_t seq;
     int64_t begin, end;
