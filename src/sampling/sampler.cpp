@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -20,10 +21,25 @@ void validate(const SamplerParams& p) {
 }
 
 int32_t argmax(std::span<const float> logits) {
-  int32_t best = 0;
-  for (size_t i = 1; i < logits.size(); ++i)
-    if (logits[i] > logits[static_cast<size_t>(best)]) best = static_cast<int32_t>(i);
-  return best;
+  // The first index of the largest value: the largest value first, over 16 independent lanes
+  // (vectorizable; a serial compare-and-index loop took ~0.5 ms for a 152k vocabulary, and a
+  // server samples one row per slot every step), then its first occurrence. The same answer as
+  // "keep i while logits[i] > logits[best]": NaNs never win, and a NaN at 0 stays the answer.
+  const size_t n = logits.size();
+  const float* x = logits.data();
+  if (std::isnan(x[0])) return 0;
+  constexpr size_t kLanes = 16;
+  float lane[kLanes];
+  for (float& v : lane) v = x[0];
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (size_t j = 0; j < kLanes; ++j) lane[j] = x[i + j] > lane[j] ? x[i + j] : lane[j];
+  float best = x[0];
+  for (const float v : lane) best = v > best ? v : best;
+  for (; i < n; ++i) best = x[i] > best ? x[i] : best;
+  for (size_t k = 0; k < n; ++k)
+    if (x[k] == best) return static_cast<int32_t>(k);
+  return 0;
 }
 
 Sampler::Sampler(const SamplerParams& params) : p_(params), rng_(params.seed) { validate(p_); }
@@ -64,14 +80,49 @@ size_t Sampler::prepare(std::span<const float> logits, std::span<const int32_t> 
     return 1;
   }
 
-  cand_.resize(logits.size());
-  for (size_t i = 0; i < logits.size(); ++i) cand_[i] = {penalized(static_cast<int32_t>(i), logits[i]), static_cast<int32_t>(i)};
   const auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
-  size_t n = cand_.size();
+  size_t n = logits.size();
   if (p_.top_k > 0 && static_cast<size_t>(p_.top_k) < n) {
-    std::partial_sort(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), by_logit);
-    n = static_cast<size_t>(p_.top_k);
+    // The top k through a bounded heap whose front is its worst member (by_logit order): the
+    // same k candidates in the same order as a partial sort of all of them, without building
+    // and sorting a pair per vocabulary entry (~0.3 ms a row at 152k). Ids arrive in increasing
+    // order, so an equal logit never displaces a member: the lower id wins ties, as before.
+    const auto k = static_cast<size_t>(p_.top_k);
+    cand_.clear();
+    cand_.reserve(k);
+    float floor = -std::numeric_limits<float>::infinity();  // the full heap's worst logit
+    const auto offer = [&](size_t i) {
+      const float l = penalize ? penalized(static_cast<int32_t>(i), logits[i]) : logits[i];
+      if (cand_.size() == k && !(l > floor)) return;  // an equal logit of a higher id never enters
+      const std::pair<float, int32_t> c{l, static_cast<int32_t>(i)};
+      if (cand_.size() < k) {
+        cand_.push_back(c);
+        std::push_heap(cand_.begin(), cand_.end(), by_logit);
+      } else {
+        std::pop_heap(cand_.begin(), cand_.end(), by_logit);
+        cand_.back() = c;
+        std::push_heap(cand_.begin(), cand_.end(), by_logit);
+      }
+      if (cand_.size() == k) floor = cand_.front().first;
+    };
+    // Blocks of 16 whose largest logit does not beat the floor are skipped whole (the largest
+    // found with a vectorizable loop); penalties change logits one by one, so then no skipping.
+    constexpr size_t kBlock = 16;
+    size_t i = 0;
+    for (; i + kBlock <= n; i += kBlock) {
+      if (!penalize && cand_.size() == k) {
+        float bm = logits[i];
+        for (size_t j = 1; j < kBlock; ++j) bm = logits[i + j] > bm ? logits[i + j] : bm;
+        if (!(bm > floor) && !std::isnan(bm)) continue;
+      }
+      for (size_t j = 0; j < kBlock; ++j) offer(i + j);
+    }
+    for (; i < n; ++i) offer(i);
+    std::sort_heap(cand_.begin(), cand_.end(), by_logit);
+    n = k;
   } else {
+    cand_.resize(n);
+    for (size_t i = 0; i < n; ++i) cand_[i] = {penalized(static_cast<int32_t>(i), logits[i]), static_cast<int32_t>(i)};
     std::sort(cand_.begin(), cand_.end(), by_logit);
   }
   // Softmax at temperature 1 for the top-p / min-p filters (llama.cpp applies temperature last).
