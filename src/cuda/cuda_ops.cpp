@@ -741,16 +741,13 @@ void CudaBackend::run_direct(const Graph& g, const graph::ExecPlan& plan, size_t
 }
 
 namespace {
-// "MatMul q4_K 3584x18944 n1": the op (+norm where an RmsNorm is folded in), the weight type and shape of matrix ops, the token count.
+// "MatMul q4_K 3584x18944 n1": op timing's row (the op, +norm where an RmsNorm is folded in,
+// the weight type of matrix ops), the weight's shape, the token count.
 std::string profile_class(const Graph& g, const Node& n) {
-  std::string key(graph::op_name(n.op));
-  if (n.p.has_norm) key += "+norm";
-  const int src_w = n.op == Op::MatMul || n.op == Op::MatMulAdd ? 0
-                    : (n.op == Op::FusedQKV || n.op == Op::FusedFFN) ? 1
-                                                                      : -1;
-  if (src_w >= 0) {
+  std::string key = graph::op_timing_class(g, n);
+  if (const int src_w = graph::matrix_weight_source(n); src_w >= 0) {
     const Node& w = g.node(n.src[static_cast<size_t>(src_w)]);
-    key += fmt::format(" {} {}x{}", type_name(w.type), w.ne[0], w.ne[1]);
+    key += fmt::format(" {}x{}", w.ne[0], w.ne[1]);
   }
   if (n.op == Op::Attn) key += fmt::format(" kv{}", n.p.n_kv);
   key += fmt::format(" n{}", n.op == Op::Attn || n.op == Op::Rope ? n.ne[1] : n.ne[1]);
@@ -759,48 +756,46 @@ std::string profile_class(const Graph& g, const Node& n) {
 }  // namespace
 
 void CudaBackend::run_profiled(const Graph& g, const graph::ExecPlan& plan, size_t begin, size_t end) {
-  std::vector<std::pair<std::string, std::pair<cudaEvent_t, cudaEvent_t>>> marks;
-  std::vector<std::string> timed;  // op timing's row of each mark
-  std::vector<NodeId> timed_ids;   // and its node
+  struct Mark {
+    NodeId id;
+    std::string key;  ///< MINFER_CUDA_PROFILE's row (profile_class)
+    cudaEvent_t a, b;
+  };
+  std::vector<Mark> marks;
   // Trace events place the device times from the host clock read as the first event is queued.
   const double host0 = graph::trace_clock_ms();
   for (size_t i = begin; i < end; ++i) {
     const Node& n = g.nodes()[i];
     if (n.dead || graph::op_is_leaf(n.op) || graph::op_is_alias(n.op)) continue;
-    cudaEvent_t a, b;
-    cudaEventCreate(&a);
-    cudaEventCreate(&b);
-    cudaEventRecord(a, stream_);
-    run_node(g, plan, static_cast<NodeId>(i), end);
-    cudaEventRecord(b, stream_);
-    marks.push_back({profile_class(g, n), {a, b}});
-    timed.push_back(graph::op_timing_class(g, n));
-    timed_ids.push_back(static_cast<NodeId>(i));
+    Mark m{static_cast<NodeId>(i), profile_class(g, n), nullptr, nullptr};
+    cudaEventCreate(&m.a);
+    cudaEventCreate(&m.b);
+    cudaEventRecord(m.a, stream_);
+    run_node(g, plan, m.id, end);
+    cudaEventRecord(m.b, stream_);
+    marks.push_back(std::move(m));
   }
   cudaStreamSynchronize(stream_);
-  // Op timing's phase (graph/op_timing.h): a ubatch of more than one token is prefill.
-  const NodeId tok = g.find_input(graph::InputKind::TokenIds);
-  const bool prefill = tok != graph::kNoNode && g.node(tok).ne[0] > 1;
   const bool op_timing = graph::op_timing_enabled();
-  size_t mi = 0;
-  for (auto& [key, ev] : marks) {
+  const bool prefill = graph::is_prefill(g);
+  for (const Mark& m : marks) {
     float ms = 0.0f;
-    cudaEventElapsedTime(&ms, ev.first, ev.second);
+    cudaEventElapsedTime(&ms, m.a, m.b);
     if (op_timing) {
-      graph::record_op_time(prefill, timed[mi], ms);
+      const std::string cls = graph::op_timing_class(g, g.node(m.id));
+      graph::record_op_time(prefill, cls, ms);
       float since = 0.0f;
-      cudaEventElapsedTime(&since, marks.front().second.first, ev.first);
-      graph::record_trace_node(prefill, g.node(timed_ids[mi]).name, timed[mi], host0 + since, ms, true);
+      cudaEventElapsedTime(&since, marks.front().a, m.a);
+      graph::record_trace_node(prefill, g.node(m.id).name, cls, host0 + since, ms, true);
     }
-    ++mi;
-    ProfileEntry& e = profile_entries_[key];
+    ProfileEntry& e = profile_entries_[m.key];
     e.ms += ms;
     e.count++;
     profile_total_ms_ += ms;
   }
-  for (auto& [key, ev] : marks) {  // after the loop: the first event is every trace event's origin
-    cudaEventDestroy(ev.first);
-    cudaEventDestroy(ev.second);
+  for (const Mark& m : marks) {  // after the loop: the first event is every trace event's origin
+    cudaEventDestroy(m.a);
+    cudaEventDestroy(m.b);
   }
 }
 

@@ -64,13 +64,22 @@ bool op_timing_enabled() {
 
 void set_op_timing(bool on) { g_on.store(on ? 1 : 0, std::memory_order_relaxed); }
 
+bool is_prefill(const Graph& g) {
+  const NodeId tokens = g.find_input(InputKind::TokenIds);
+  return tokens != kNoNode && g.node(tokens).ne[0] > 1;
+}
+
+int matrix_weight_source(const Node& n) {
+  if (n.op == Op::MatMul || n.op == Op::MatMulAdd) return 0;
+  if (n.op == Op::FusedQKV || n.op == Op::FusedFFN) return 1;
+  return -1;
+}
+
 std::string op_timing_class(const Graph& g, const Node& n) {
   std::string key(op_name(n.op));
   if (n.p.has_norm) key += "+norm";
-  const int src_w = n.op == Op::MatMul || n.op == Op::MatMulAdd           ? 0
-                    : n.op == Op::FusedQKV || n.op == Op::FusedFFN ? 1
-                                                                   : -1;
-  if (src_w >= 0 && n.n_src > src_w) key += fmt::format(" {}", type_name(g.node(n.src[static_cast<size_t>(src_w)]).type));
+  if (const int src_w = matrix_weight_source(n); src_w >= 0 && n.n_src > src_w)
+    key += fmt::format(" {}", type_name(g.node(n.src[static_cast<size_t>(src_w)]).type));
   return key;
 }
 

@@ -36,6 +36,14 @@ bool op_timing_enabled();
 /// backend decides at creation whether it captures graphs).
 void set_op_timing(bool on);
 
+/// Op timing's phase of a graph: prefill when its ubatch holds more than one token (the
+/// TokenIds input's length), else decode.
+bool is_prefill(const Graph& g);
+
+/// The source index of the weight of a matrix op (MatMul, MatMulAdd: 0; FusedQKV, FusedFFN: 1),
+/// -1 for other ops.
+int matrix_weight_source(const Node& n);
+
 /// The row name of node `n` of `g`: its op, "+norm" where an RmsNorm is folded in, and the
 /// weight type of the matrix ops (MatMul, MatMulAdd, FusedQKV, FusedFFN).
 std::string op_timing_class(const Graph& g, const Node& n);

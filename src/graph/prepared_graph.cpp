@@ -79,8 +79,7 @@ PreparedGraph::PreparedGraph(Graph graph, Backend* const backends[2], const KvRe
                              const PrepareOptions& opt)
     : graph_(std::move(graph)), backends_{backends[0], backends[1]} {
   graph_.validate();
-  const NodeId tokens = graph_.find_input(InputKind::TokenIds);
-  prefill_ = tokens != kNoNode && graph_.node(tokens).ne[0] > 1;
+  prefill_ = is_prefill(graph_);
   assign(opt);
   if (opt.fuse) fusion_ = run_fusion_pass(graph_, backends_);
   allocate(kv);
@@ -285,30 +284,21 @@ void PreparedGraph::execute(std::span<const OutputRead> reads) {
       backends_[bk(c.to)]->upload(to.data, staging_.data(), from.nbytes);
     }
     Backend* b = backends_[bk(sp.backend)];
-    if (trace) {  // node by node, each output inspected once it is computed
+    const bool timed_here = timing && sp.backend == BackendKind::Cpu;  // CUDA nodes time themselves
+    if (trace || timed_here) {
+      // Node by node: each CPU node timed alone, each output inspected (trace) once computed.
       for (size_t i = sp.begin; i < sp.end; ++i) {
         const Node& n = graph_.nodes()[i];
-        const bool timed = timing && sp.backend == BackendKind::Cpu && !n.dead && !op_is_leaf(n.op) && !op_is_alias(n.op);
-        const double t0 = timed ? trace_clock_ms() : 0.0;
+        if (n.dead || op_is_leaf(n.op) || op_is_alias(n.op)) continue;
+        const double t0 = timed_here ? trace_clock_ms() : 0.0;
         b->execute(graph_, plan_, i, i + 1);
-        if (timed) {  // the node alone, without the statistics' readback
+        if (timed_here) {  // the node alone, without the statistics' readback
           const double dur = trace_clock_ms() - t0;
           const std::string cls = op_timing_class(graph_, n);
           record_op_time(prefill_, cls, dur);
           record_trace_node(prefill_, n.name, cls, t0, dur, false);
         }
-        trace_node(b, i, &found);
-      }
-    } else if (timing && sp.backend == BackendKind::Cpu) {
-      for (size_t i = sp.begin; i < sp.end; ++i) {
-        const Node& n = graph_.nodes()[i];
-        if (n.dead || op_is_leaf(n.op) || op_is_alias(n.op)) continue;
-        const double t0 = trace_clock_ms();
-        b->execute(graph_, plan_, i, i + 1);
-        const double dur = trace_clock_ms() - t0;
-        const std::string cls = op_timing_class(graph_, n);
-        record_op_time(prefill_, cls, dur);
-        record_trace_node(prefill_, n.name, cls, t0, dur, false);
+        if (trace) trace_node(b, i, &found);
       }
     } else {
       b->execute(graph_, plan_, sp.begin, sp.end);

@@ -82,7 +82,7 @@ void KvCache::set_seq_cells(int32_t seq, int64_t begin, int64_t end) {
 }
 
 std::vector<int32_t> KvCache::allocate(int32_t seq, std::span<const int32_t> positions) {
-  touched();  // the cell table may change: seq_pos_max recomputes
+  touched();
   check_seq(seq, false, "allocate");
   const auto n = static_cast<int64_t>(positions.size());
   std::vector<int32_t> out;
@@ -126,7 +126,7 @@ std::vector<int32_t> KvCache::allocate(int32_t seq, std::span<const int32_t> pos
 }
 
 void KvCache::remove(int32_t seq, int32_t p0, int32_t p1) {
-  touched();  // the cell table may change: seq_pos_max recomputes
+  touched();
   check_seq(seq, true, "seq_rm");
   for (Cell& c : cells_) {
     if (c.pos < 0 || (seq >= 0 && !c.has(seq)) || !in_range(c.pos, p0, p1)) continue;
@@ -136,7 +136,7 @@ void KvCache::remove(int32_t seq, int32_t p0, int32_t p1) {
 }
 
 void KvCache::seq_cp(int32_t src, int32_t dst, int32_t p0, int32_t p1) {
-  touched();  // the cell table may change: seq_pos_max recomputes
+  touched();
   check_seq(src, false, "seq_cp");
   check_seq(dst, false, "seq_cp");
   if (src == dst) return;
@@ -146,7 +146,7 @@ void KvCache::seq_cp(int32_t src, int32_t dst, int32_t p0, int32_t p1) {
 }
 
 void KvCache::seq_keep(int32_t seq) {
-  touched();  // the cell table may change: seq_pos_max recomputes
+  touched();
   check_seq(seq, false, "seq_keep");
   for (Cell& c : cells_) {
     c.seqs &= uint64_t{1} << seq;
@@ -155,7 +155,7 @@ void KvCache::seq_keep(int32_t seq) {
 }
 
 std::vector<int32_t> KvCache::seq_add(int32_t seq, int32_t p0, int32_t p1, int32_t delta) {
-  touched();  // the cell table may change: seq_pos_max recomputes
+  touched();
   check_seq(seq, false, "seq_add");
   std::vector<int32_t> changed;
   if (delta == 0) return changed;
@@ -189,7 +189,7 @@ std::vector<int32_t> KvCache::seq_cells(int32_t seq) const {
 }
 
 void KvCache::set_cell(int32_t cell, Cell c) {
-  touched();  // the cell table may change: seq_pos_max recomputes
+  touched();
   if (cell < 0 || cell >= n_ctx_) fail("KV cache: cell {} is outside [0, {})", cell, n_ctx_);
   if ((c.pos < 0) != (c.seqs == 0)) fail("KV cache: cell {} would be half empty (position {})", cell, c.pos);
   cells_[static_cast<size_t>(cell)] = c;
@@ -228,7 +228,7 @@ void KvCache::write_rows(int64_t layer, int32_t which, std::span<const int32_t> 
 }
 
 void KvCache::release_cells(std::span<const int32_t> cells) {
-  touched();  // the cell table may change: seq_pos_max recomputes
+  touched();
   for (int32_t c : cells)
     if (c >= 0 && c < n_ctx_) cells_[static_cast<size_t>(c)] = Cell{};
 }
@@ -272,7 +272,7 @@ std::vector<KvCache::Move> KvCache::plan_compaction() const {
 }
 
 std::vector<KvCache::Move> KvCache::compact() {
-  touched();  // the cell table may change: seq_pos_max recomputes
+  touched();
   const std::vector<Move> moves = plan_compaction();
   // Each move goes to a lower index and moves are in ascending order, so a run never
   // overwrites rows a later move still has to read; within a run the backend moves

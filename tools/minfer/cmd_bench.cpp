@@ -53,13 +53,9 @@ struct BenchArgs {
   std::string output = "md";
   bool progress = false;
   bool no_warmup = false;
-  std::string graph_dump;  ///< --graph-dump FILE (EngineConfig::graph_dump)
-  bool profile = false;    ///< --profile: op timing on (graph/op_timing.h), its table at the end
-  std::string trace_out;   ///< --trace-out FILE.json (graph/op_timing.h)
+  ObservabilityArgs observe;  ///< --graph-dump, --profile, --trace-out
   std::vector<std::string> ngl, fa, mmap;
   const CLI::Option* device_opt = nullptr;  ///< was --device given?
-  const CLI::Option* dump_opt = nullptr;    ///< was --graph-dump given (maybe empty)?
-  const CLI::Option* trace_opt = nullptr;   ///< was --trace-out given (maybe empty)?
 };
 
 // "1,2,3" and repeated flags both give lists (llama-bench accepts both). An empty entry
@@ -243,8 +239,6 @@ double run_parallel(Engine& e, const Test& t, int64_t n_batch, std::mt19937& rng
   return now_ns() - t0;
 }
 
-// One timed run: optional untimed depth, then the prompt in n_batch chunks, then n_gen single
-// tokens. Returns nanoseconds of the timed part.
 /// Forwards timed by a verify test (v<K>): enough that a 7B's ~3 ms steps add up to ~0.1 s.
 constexpr int kVerifySteps = 32;
 /// Most tokens of one verify test (--n-verify): drafts beyond this are no speculation.
@@ -269,6 +263,8 @@ double run_verify(Engine& e, const Test& t, int64_t n_batch, std::mt19937& rng) 
   return now_ns() - t0;
 }
 
+// One timed run: optional untimed depth, then the prompt in n_batch chunks, then n_gen single
+// tokens. Returns nanoseconds of the timed part.
 double run_once(Engine& e, const Test& t, int64_t n_batch, std::mt19937& rng) {
   if (t.n_verify > 0) return run_verify(e, t, n_batch, rng);
   if (t.n_par > 1) return run_parallel(e, t, n_batch, rng);
@@ -481,11 +477,7 @@ void bench(const BenchArgs& args) {
       tests.push_back({0, 0, depth, 1, k});
     }
   if (tests.empty()) fail("bench: no tests to run (-p and -n are all 0 and no -pg or --n-verify was given)");
-  check_not_empty(a.dump_opt, a.graph_dump);
-  check_not_empty(a.trace_opt, a.trace_out);
-  check_observability_files(a.graph_dump, a.trace_out);
-  if (a.profile) graph::set_op_timing(true);
-  if (!a.trace_out.empty()) graph::set_trace_out(a.trace_out);
+  a.observe.apply();
   const std::vector<std::string> ctk_given = a.ctk.empty() ? std::vector<std::string>{default_cache_type()} : a.ctk;
   auto ctv = split_list(a.ctv.empty() ? ctk_given : a.ctv, "-ctv");
   auto ctk = split_list(ctk_given, "-ctk");
@@ -571,7 +563,7 @@ void bench(const BenchArgs& args) {
       ec.n_seq_ctx = per_seq + 1;
       ec.n_ubatch = static_cast<int32_t>(c.n_ubatch);  // already the value used (configs above)
       ec.kv_type = parse_kv_type(c.kv);
-      ec.graph_dump = results.empty() ? a.graph_dump : std::string();  // the first row's engine
+      ec.graph_dump = results.empty() ? a.observe.graph_dump : std::string();  // the first row's engine
       apply_flash_attn(c.fa);  // for this row's backend (auto: as the environment has it)
       const bool flash = ec.device == graph::BackendKind::Cuda && !env_flag("MINFER_CUDA_NO_FLASH_ATTN");
       Engine engine(model, ec);
@@ -671,15 +663,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("-o,--output", a->output, "md, json, jsonl, csv or sql")->capture_default_str();
   cmd->add_flag("--progress", a->progress, "log each repetition");
   cmd->add_flag("--no-warmup", a->no_warmup, "skip the untimed warm-up run before each test");
-  a->dump_opt = cmd->add_option("--graph-dump", a->graph_dump,
-                  "write the prepared compute graphs of the first row (one per ubatch shape, at most 8) to FILE: "
-                  "Graphviz DOT for .dot, JSON for .json (also MINFER_GRAPH_DUMP)");
-  cmd->add_flag("--profile", a->profile,
-                "time every graph node and print a per-op table (prefill and decode) when the bench ends "
-                "(also MINFER_OP_TIMING=1; the timed rows' t/s include the timing's cost)");
-  a->trace_opt = cmd->add_option("--trace-out", a->trace_out,
-                  "write a Chrome/Perfetto trace-event file (.json) of every forward and graph node when the bench ends "
-                  "(times nodes as --profile does)");
+  a->observe.add(cmd, "bench");
   // llama-bench's -ngl: a model is placed whole, so 0 is a CPU row and the layer count or more a
   // CUDA row; a value in between is an error.
   cmd->add_option("--n-gpu-layers,--gpu-layers", a->ngl,

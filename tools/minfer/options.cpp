@@ -10,7 +10,6 @@
 #include <random>
 
 #include "core/ascii.h"
-#include "core/atomic_file.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -41,15 +40,7 @@ void ModelArgs::add(CLI::App* cmd) {
       ->capture_default_str();
   cmd->add_option("-b,--batch-size", batch, "llama.cpp's logical batch: the ubatch is at most this (0: no limit)");
   cmd->add_flag("--no-warmup", no_warmup, "accepted for llama.cpp command lines (minfer runs no warm-up pass)");
-  dump_opt = cmd->add_option("--graph-dump", graph_dump,
-                  "write the prepared compute graphs (one per ubatch shape, at most 8; after fusion and device "
-                  "assignment) to FILE: Graphviz DOT for .dot, JSON for .json (also MINFER_GRAPH_DUMP)");
-  cmd->add_flag("--profile", profile,
-                "time every graph node and print a per-op table (prefill and decode: count, total, mean, share of "
-                "the forward) when the command ends (also MINFER_OP_TIMING=1; CUDA: events, graphs off)");
-  trace_opt = cmd->add_option("--trace-out", trace_out,
-                  "write a Chrome/Perfetto trace-event file (.json) of every forward and graph node when the command "
-                  "ends (opens in ui.perfetto.dev; times nodes as --profile does)");
+  observe.add(cmd, "command");
 }
 
 int64_t parse_gpu_layers(const std::string& value) {
@@ -72,27 +63,36 @@ void apply_flash_attn(const std::string& fa) {
                fa == "off" ? std::optional<std::string>("1") : fa == "on" ? std::optional<std::string>("0") : std::nullopt);
 }
 
-void check_not_empty(const CLI::Option* opt, const std::string& value) {
-  if (opt != nullptr && opt->count() > 0 && value.empty()) fail("{} needs a file name (it was given an empty one)", opt->get_name());
+void ObservabilityArgs::add(CLI::App* cmd, const char* what) {
+  dump_opt = cmd->add_option("--graph-dump", graph_dump,
+                             "write the prepared compute graphs (one per ubatch shape, at most 8; after fusion and "
+                             "device assignment) to FILE: Graphviz DOT for .dot, JSON for .json (also MINFER_GRAPH_DUMP)");
+  cmd->add_flag("--profile", profile,
+                fmt::format("time every graph node and print a per-op table (prefill and decode: count, total, mean, "
+                            "share of the forward) when the {} ends (also MINFER_OP_TIMING=1; CUDA: events, graphs off)",
+                            what));
+  trace_opt = cmd->add_option("--trace-out", trace_out,
+                              fmt::format("write a Chrome/Perfetto trace-event file (.json) of every forward and graph "
+                                          "node when the {} ends (opens in ui.perfetto.dev; times nodes as --profile does)",
+                                          what));
 }
 
-void check_observability_files(const std::string& graph_dump, const std::string& trace_out) {
-  if (!graph_dump.empty()) {
-    (void)graph::graph_dump_format(graph_dump);
-    check_output_path(graph_dump);
-  }
-  if (!trace_out.empty()) check_output_path(trace_out);
+void ObservabilityArgs::apply() const {
+  for (const auto& [opt, value] : {std::pair{dump_opt, &graph_dump}, std::pair{trace_opt, &trace_out}})
+    if (opt != nullptr && opt->count() > 0 && value->empty())
+      fail("{} needs a file name (it was given an empty one)", opt->get_name());
   const std::string dump = graph_dump.empty() ? env_string("MINFER_GRAPH_DUMP") : graph_dump;
   if (!dump.empty() && !trace_out.empty()) {
     std::error_code ec;
     const auto full = [&ec](const std::string& f) {  // absolute first: "x.json" and "./x.json" meet
       return std::filesystem::weakly_canonical(std::filesystem::absolute(f, ec), ec);
     };
-    const auto a = full(dump), b = full(trace_out);
-    if (a == b)
+    if (full(dump) == full(trace_out))
       fail("--trace-out {} and {} {} name the same file: give them two", trace_out,
            graph_dump.empty() ? "MINFER_GRAPH_DUMP" : "--graph-dump", dump);
   }
+  if (profile) graph::set_op_timing(true);
+  if (!trace_out.empty()) graph::set_trace_out(trace_out);
 }
 
 EngineConfig ModelArgs::checked_config() const {
@@ -113,12 +113,8 @@ EngineConfig ModelArgs::checked_config() const {
     fail("K cache type {} and V cache type {} differ: minfer's attention kernels read one KV format, give the "
          "same type to both (-ctk/-ctv, or --cache-type)", k, v);
   (void)parse_flash_attn(flash_attn);
-  check_not_empty(dump_opt, graph_dump);
-  check_not_empty(trace_opt, trace_out);
-  check_observability_files(graph_dump, trace_out);
-  c.graph_dump = graph_dump;
-  if (profile) graph::set_op_timing(true);
-  if (!trace_out.empty()) graph::set_trace_out(trace_out);
+  observe.apply();
+  c.graph_dump = observe.graph_dump;
   return c;
 }
 

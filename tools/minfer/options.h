@@ -21,13 +21,24 @@ namespace minfer::cli {
 /// "f16". Shared by --cache-type (run, chat, perplexity) and bench's -ctk.
 std::string default_cache_type();
 
-/// The files of --graph-dump and --trace-out (either may be empty): a dump name that is not .dot
-/// or .json, a file that cannot be written (check_output_path), or one file for both (the graph
-/// dump may come from MINFER_GRAPH_DUMP) throws minfer::Error naming them. Before any work.
-void check_observability_files(const std::string& graph_dump, const std::string& trace_out);
+/// --graph-dump, --profile and --trace-out (docs/observability.md), shared by the model commands
+/// and bench.
+struct ObservabilityArgs {
+  std::string graph_dump;  ///< --graph-dump FILE (EngineConfig::graph_dump)
+  bool profile = false;    ///< --profile: op timing on (graph/op_timing.h), its table at the end
+  std::string trace_out;   ///< --trace-out FILE.json: trace events of every forward (graph/op_timing.h)
+  const CLI::Option* dump_opt = nullptr;   ///< set by add(): was --graph-dump given (maybe empty)?
+  const CLI::Option* trace_opt = nullptr;  ///< set by add(): was --trace-out given (maybe empty)?
 
-/// Throws minfer::Error when `opt` (--graph-dump, --trace-out) was given with an empty value.
-void check_not_empty(const CLI::Option* opt, const std::string& value);
+  /// Adds the three options; `what` ends their help texts' "when the ... ends" ("command", "bench").
+  void add(CLI::App* cmd, const char* what);
+  /// Before any work: an empty file name, or one file for --trace-out and the graph dump (given
+  /// or MINFER_GRAPH_DUMP), throws minfer::Error naming them; then op timing and the trace
+  /// events are turned on for the process (graph::set_op_timing, graph::set_trace_out, which
+  /// checks the trace file's name and folder). The graph dump's name and folder are checked by
+  /// the Engine that writes it.
+  void apply() const;
+};
 
 struct ModelArgs {
   std::string model;
@@ -41,22 +52,16 @@ struct ModelArgs {
   std::string flash_attn = "auto";  ///< -fa on|off|auto
   int64_t batch = 0;       ///< -b: llama.cpp's logical batch; caps the ubatch (0: not given)
   bool no_warmup = false;  ///< --no-warmup: accepted (minfer runs no warm-up pass)
-  std::string graph_dump;  ///< --graph-dump FILE (EngineConfig::graph_dump)
-  bool profile = false;    ///< --profile: op timing on (graph/op_timing.h), its table at the end
-  std::string trace_out;   ///< --trace-out FILE.json: trace events of every forward (graph/op_timing.h)
+  ObservabilityArgs observe;  ///< --graph-dump, --profile, --trace-out
   const CLI::Option* device_opt = nullptr;  ///< set by add(): was --device given?
-  const CLI::Option* dump_opt = nullptr;    ///< set by add(): was --graph-dump given (maybe empty)?
-  const CLI::Option* trace_opt = nullptr;   ///< set by add(): was --trace-out given (maybe empty)?
 
   /// Adds -m/--model, --device, -t/--threads, -c/--ctx-size, -ub/--ubatch-size, --cache-type,
   /// -ctk/-ctv, -ngl/--n-gpu-layers, -fa/--flash-attn, -b/--batch-size, --no-warmup, --graph-dump, --profile, --trace-out.
   void add(CLI::App* cmd);
   /// The engine's configuration from the option values, checked, before the model is known (the
   /// device and ubatch are final only after place()). Throws minfer::Error for a bad value and for
-  /// K and V cache types that differ (the attention kernels read one KV format), and for a
-  /// --graph-dump file name that is not .dot or .json or a --trace-out name that is not .json.
-  /// With --profile it turns op timing on for the process (graph::set_op_timing), with
-  /// --trace-out the trace events too (graph::set_trace_out).
+  /// K and V cache types that differ (the attention kernels read one KV format), and what
+  /// ObservabilityArgs::apply() refuses (which it runs).
   EngineConfig checked_config() const;
   /// Completes `c` (from checked_config) for a model of `n_layer` layers. A given -ngl chooses the
   /// device: 0 the CPU, n_layer or more ("all", -1) CUDA; anything in between throws

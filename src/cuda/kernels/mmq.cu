@@ -15,9 +15,6 @@ namespace minfer::cuda::mm {
 namespace {
 
 constexpr int BM = kMmqBM, kThreads = kMmqThreads;
-
-/// Set when a split-k (cluster) launch failed: mmq_split_count answers 1 from then on.
-std::atomic<bool> g_no_split{false};
 static_assert(BM == 128 && kThreads == 256, "the warp layout below: 4 x 2 warps of 32 rows x BN / 2 tokens");
 static_assert(kMmqThinBN % 32 == 0, "each warp's tokens are whole ldmatrix.x4 pairs of n8 tiles");
 static_assert(kMmqThinBN == 32 && kMmqBN == 64 && kMmqWideBN == 128, "the three token tiles instantiated below");
@@ -48,6 +45,14 @@ struct MmqBatchParams {
   int n_seg;
   int splits = 1;  ///< k splits (mmq_split_count): blockIdx.z takes stage range z of them, in one cluster
 };
+
+/// Set when a split-k (cluster) launch failed: mmq_split_count answers 1 from then on.
+std::atomic<bool> g_no_split{false};
+
+/// The K-quants (super-block stages of MmqTraits<T>::kStageK = 256 elements), at run time.
+bool is_kquant(TensorType type) {
+  return type == TensorType::Q4_K || type == TensorType::Q5_K || type == TensorType::Q6_K;
+}
 
 /// Shared-memory regions of the kernel for type T and BN tokens per tile, in bytes from the
 /// start (16-byte aligned).
@@ -574,8 +579,7 @@ bool mmq_supported(TensorType type) {
 
 int mmq_tile_tokens(TensorType type, int64_t m, int64_t n) {
   const int64_t row_tiles = (m + BM - 1) / BM;
-  const bool kquant = type == TensorType::Q4_K || type == TensorType::Q5_K || type == TensorType::Q6_K;
-  if (kquant && n >= kMmqWideBN && row_tiles * ((n + kMmqWideBN - 1) / kMmqWideBN) >= kMmqTileMinBlocks)
+  if (is_kquant(type) && n >= kMmqWideBN && row_tiles * ((n + kMmqWideBN - 1) / kMmqWideBN) >= kMmqTileMinBlocks)
     return kMmqWideBN;
   if (n > kMmqThinBN && row_tiles * ((n + kMmqBN - 1) / kMmqBN) >= kMmqTileMinBlocks) return kMmqBN;
   return kMmqThinBN;
@@ -583,10 +587,11 @@ int mmq_tile_tokens(TensorType type, int64_t m, int64_t n) {
 
 int mmq_split_count(TensorType type, int64_t m, int64_t n, int64_t k, int sm_count, int compute_capability) {
   const int64_t forced = env_int("MINFER_CUDA_MMQ_SPLIT", 0);
-  if (forced == 1 || g_no_split.load(std::memory_order_relaxed) || compute_capability < 90 || !mmq_supported(type) || m < 1 || n < 1 || k < 1) return 1;
-  if (mmq_tile_tokens(type, m, n) != kMmqThinBN) return 1;
-  const bool kquant = type == TensorType::Q4_K || type == TensorType::Q5_K || type == TensorType::Q6_K;
-  const int64_t stage_k = kquant ? 256 : 128;
+  if (forced == 1 || g_no_split.load(std::memory_order_relaxed) || compute_capability < 90 || !mmq_supported(type) ||
+      m < 1 || n < 1 || k < 1 || mmq_tile_tokens(type, m, n) != kMmqThinBN)
+    return 1;
+  const int64_t stage_k =
+      is_kquant(type) ? MmqTraits<TensorType::Q4_K>::kStageK : MmqTraits<TensorType::Q4_0>::kStageK;
   const int64_t stages = (k + stage_k - 1) / stage_k;
   const int64_t blocks = (m + BM - 1) / BM * ((n + kMmqThinBN - 1) / kMmqThinBN);
   int64_t splits = forced >= 2 ? forced : (sm_count + blocks - 1) / blocks;

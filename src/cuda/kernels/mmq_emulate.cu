@@ -79,12 +79,12 @@ void emulate(const uint8_t* w, int64_t k, int64_t m, const void* acts, int64_t n
   // then added in z order (mmq_split_count). A stage is kStageBlocks legacy blocks or one
   // super-block.
   const int64_t stages = (k + Tr::kStageK - 1) / Tr::kStageK;
-  const auto split_of_block = [&](int64_t kb) {  // the split whose stages hold weight block kb
+  std::vector<int> split_of_block(static_cast<size_t>(nbw));  // the split whose stages hold weight block kb
+  for (int64_t kb = 0, z = 0; kb < nbw; ++kb) {
     const int64_t stage = Tr::kKQuant ? kb : kb / Tr::kStageBlocks;
-    int z = 0;
     while (z + 1 < splits && stage >= stages * (z + 1) / splits) ++z;
-    return z;
-  };
+    split_of_block[static_cast<size_t>(kb)] = static_cast<int>(z);
+  }
   const DecodedW dw = decode_rows<T>(w, k, m);
   const ActLayout L = act_layout(Tr::kKQuant ? ActKind::Q8K : ActKind::Q8, k, n);
   const auto* base = static_cast<const uint8_t*>(acts);
@@ -97,7 +97,7 @@ void emulate(const uint8_t* w, int64_t k, int64_t m, const void* acts, int64_t n
       if constexpr (!Tr::kKQuant) {
         const auto* ds = reinterpret_cast<const float2*>(base + L.ds_off) + t * L.nb;
         for (int64_t kb = 0; kb < nbw; ++kb) {
-          float& acc = part[split_of_block(kb)];
+          float& acc = part[split_of_block[static_cast<size_t>(kb)]];
           const int isum = dot_i8(wq + kb * 32, aq + kb * 32, 32);
           const size_t i = static_cast<size_t>(row * nbw + kb);
           acc = mmq_legacy_step(acc, dw.d[i], ds[kb].x, isum);
@@ -119,7 +119,7 @@ void emulate(const uint8_t* w, int64_t k, int64_t m, const void* acts, int64_t n
           const uint32_t bs[4] = {mmq_pack_bsums(bsums + sb * 16, 0), mmq_pack_bsums(bsums + sb * 16, 1),
                                   mmq_pack_bsums(bsums + sb * 16, 2), mmq_pack_bsums(bsums + sb * 16, 3)};
           const int msum = T == TensorType::Q6_K ? 0 : mmq_msum(ks.mins, bs);
-          float& acc = part[split_of_block(sb)];
+          float& acc = part[split_of_block[static_cast<size_t>(sb)]];
           acc = fadd(acc, mmq_kquant_term<T>(ks.d, ks.dmin, da[sb], isum, msum));
         }
       }
