@@ -404,9 +404,9 @@ TEST(SpeculativeCli, OptionsParseInBothSpellingsAndBadValuesAreOneLineErrors) {
   EXPECT_EQ(c.status, 0) << c.out;
 }
 
-// serve takes prompt lookup (docs/server.md); a draft model and bad values are one-line errors
-// before the port is bound.
-TEST(SpeculativeCli, ServeRefusesADraftModelAndBadLookupValuesInOneLine) {
+// serve takes prompt lookup and a draft model (docs/server.md); a draft file that cannot be
+// opened, both at once and bad values are one-line errors before the port is bound.
+TEST(SpeculativeCli, ServeRefusesBadDraftAndLookupValuesInOneLine) {
   const std::string bin = test::minfer_bin();
   const std::string model = test::repo_demo_model();
   if (test::run_shell(bin + " serve -m /nonexistent.gguf --port 0 2>&1").out.find("built without the server") !=
@@ -416,7 +416,9 @@ TEST(SpeculativeCli, ServeRefusesADraftModelAndBadLookupValuesInOneLine) {
     std::string flags, says;
   };
   const Bad bad[] = {
-      {" -md " + model, "serve: a draft model (-md " + model + ") is not supported by the server yet"},
+      {" -md /nonexistent-draft.gguf", "/nonexistent-draft.gguf: cannot open the draft model (-md)"},
+      {" -md " + model + " --lookup 3", "-md/--model-draft and prompt lookup (--lookup, --spec-type ngram-simple) exclude each other"},
+      {" -md " + model + " --spec-draft-p-min 2", "--spec-draft-p-min '2' is not a probability"},
       {" --lookup 0", "--lookup 0 is out of range"},
       {" --lookup 2 --spec-draft-n-max 0", "--spec-draft-n-max 0 is out of range"},
       {" --lookup 2 --draft-min 9 --draft-max 4", "--spec-draft-n-min 9 is not in [0, --spec-draft-n-max 4]"},

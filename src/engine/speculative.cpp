@@ -22,15 +22,6 @@ constexpr double kCountDecay = 0.95;
 
 void ema(double& avg, double x) { avg = avg <= 0.0 ? x : avg + kEmaWeight * (x - avg); }
 
-/// Top probability of softmax(logits) at temperature 1: 1 / sum(exp(l - max)).
-double top_probability(std::span<const float> logits) {
-  float mx = logits[0];
-  for (const float l : logits) mx = std::max(mx, l);
-  double sum = 0.0;
-  for (const float l : logits) sum += std::exp(static_cast<double>(l - mx));
-  return 1.0 / sum;
-}
-
 double prob_of(const TokenDistribution& d, int32_t id) {
   for (const auto& [t, p] : d)
     if (t == id) return p;
@@ -38,6 +29,14 @@ double prob_of(const TokenDistribution& d, int32_t id) {
 }
 
 }  // namespace
+
+double top_probability(std::span<const float> logits) {
+  float mx = logits[0];
+  for (const float l : logits) mx = std::max(mx, l);
+  double sum = 0.0;
+  for (const float l : logits) sum += std::exp(static_cast<double>(l - mx));
+  return 1.0 / sum;
+}
 
 int32_t speculative_accept(const TokenDistribution& p, const TokenDistribution* q, int32_t x, Sampler& rng,
                            bool* accepted) {

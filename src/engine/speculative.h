@@ -67,6 +67,10 @@ void validate(const SpeculativeParams& p);
 int32_t speculative_accept(const TokenDistribution& p, const TokenDistribution* q, int32_t x, Sampler& rng,
                            bool* accepted);
 
+/// The top probability of softmax(`logits`) at temperature 1, 1 / sum(exp(l - max)): the draft
+/// model's p_min test. `logits` must not be empty.
+double top_probability(std::span<const float> logits);
+
 /// Prompt lookup: the tokens (at most `k`) that followed the latest earlier occurrence of the
 /// last `n` tokens of `history`. Empty when `history` holds no earlier occurrence, n < 1 or k < 1.
 std::vector<int32_t> prompt_lookup(std::span<const int32_t> history, int32_t n, int32_t k);

@@ -244,6 +244,11 @@ GenerationRequest parse_generation_request(std::string_view body, bool chat) {
     }
     std::erase_if(r.stop, [](const std::string& x) { return x.empty(); });
   }
+  if (const json* v = field(j, "speculative.n_max")) r.spec_n_max = static_cast<int32_t>(integer_in(*v, "speculative.n_max", 0, 256));
+  if (const json* v = field(j, "speculative.n_min")) r.spec_n_min = static_cast<int32_t>(integer_in(*v, "speculative.n_min", 0, 256));
+  if (const json* v = field(j, "speculative.p_min")) r.spec_p_min = static_cast<float>(number_in(*v, "speculative.p_min", 0.0, 1.0));
+  if (r.spec_n_max >= 0 && r.spec_n_min > r.spec_n_max)
+    bad("speculative.n_min", fmt::format("'speculative.n_min' {} is larger than 'speculative.n_max' {}", r.spec_n_min, r.spec_n_max));
   if (const json* v = field(j, "stream")) r.stream = boolean(*v, "stream");
   if (const json* v = field(j, "stream_options")) {
     if (!v->is_object()) bad("stream_options", fmt::format("'stream_options' must be an object, not {}", kind(*v)));
@@ -318,7 +323,7 @@ std::string prometheus_text(const SchedulerStats& st) {
   metric("minfer_prompt_tokens_total", "counter", "Prompt tokens prefilled (tokens reused from the KV cache not counted).",
          std::to_string(st.prompt_tokens));
   metric("minfer_generation_tokens_total", "counter", "Tokens generated.", std::to_string(st.generated_tokens));
-  metric("minfer_draft_tokens_total", "counter", "Tokens drafted by prompt lookup and verified.",
+  metric("minfer_draft_tokens_total", "counter", "Tokens drafted (prompt lookup or draft model) and verified.",
          std::to_string(st.draft_tokens));
   metric("minfer_draft_accepted_tokens_total", "counter", "Drafted tokens kept (the token sampled at their position).",
          std::to_string(st.draft_accepted));

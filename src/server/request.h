@@ -59,6 +59,11 @@ struct GenerationRequest {
   bool include_usage = false;         ///< stream_options.include_usage
   bool logprobs = false;
   int32_t top_logprobs = 0;           ///< alternatives per token (chat top_logprobs, completions logprobs)
+  /// llama-server's per-request speculation fields "speculative.n_max" (0..256; 0: no drafts for
+  /// this request), "speculative.n_min" (0..256, at most n_max when both are given) and
+  /// "speculative.p_min" (0..1, draft model only); -1: the server's --spec-draft-* setting.
+  int32_t spec_n_max = -1, spec_n_min = -1;
+  float spec_p_min = -1.0f;
 };
 
 /// Parses and validates a request body. Throws ApiError(400) naming the field and the value for

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "engine/speculative.h"
 
 namespace minfer::server {
@@ -19,7 +20,8 @@ EngineStepModel::EngineStepModel(Engine& engine, int32_t n_slots, int32_t slot_c
     engine.kv().set_seq_cells(s, static_cast<int64_t>(s) * slot_ctx, static_cast<int64_t>(s + 1) * slot_ctx);
 }
 
-Scheduler::Scheduler(StepModel& model, const SchedulerConfig& config) : model_(model), cfg_(config) {
+Scheduler::Scheduler(StepModel& model, const SchedulerConfig& config, StepModel* draft)
+    : model_(model), draft_(draft), cfg_(config) {
   if (cfg_.n_slots < 1) fail("server: --parallel {} must be at least 1", cfg_.n_slots);
   if (cfg_.slot_ctx < 2) fail("server: a slot's context {} must be at least 2 tokens", cfg_.slot_ctx);
   if (cfg_.chunk < 1) fail("server: the prefill chunk {} must be at least 1 token", cfg_.chunk);
@@ -28,7 +30,11 @@ Scheduler::Scheduler(StepModel& model, const SchedulerConfig& config) : model_(m
   lookup.lookup_n = cfg_.lookup_n;
   lookup.n_max = cfg_.draft_max;
   lookup.n_min = cfg_.draft_min;
+  lookup.p_min = cfg_.draft_p_min;
   validate(lookup);
+  if (cfg_.draft_vocab < 0) fail("server: the draft vocabulary {} must not be negative", cfg_.draft_vocab);
+  if (draft_ != nullptr && cfg_.lookup_n > 0)
+    fail("server: a draft model and prompt lookup (--lookup {}) cannot both be on", cfg_.lookup_n);
   slots_.resize(static_cast<size_t>(cfg_.n_slots));
   totals_.kv_cells_total = static_cast<int64_t>(cfg_.n_slots) * cfg_.slot_ctx;
 }
@@ -119,17 +125,26 @@ void Scheduler::finish(Slot& s, FinishReason reason, const std::string& error) {
   if (req->on_done) req->on_done(info);
 }
 
-std::vector<int32_t> Scheduler::draft_for(const Slot& s, int64_t room) const {
-  if (cfg_.lookup_n == 0) return {};
+int32_t Scheduler::draft_min_of(const Slot& s) const {
+  return s.req->draft_min >= 0 ? s.req->draft_min : cfg_.draft_min;
+}
+
+int64_t Scheduler::draft_cap(const Slot& s, int64_t room) const {
   // Row i of the slot's verify predicts position base + i + 1; the drafts fill positions
   // base + 1 .. base + k, which must be cells of the slot; each row emits at most one token.
   const auto base = static_cast<int64_t>(s.cached.size());
-  int64_t k = std::min<int64_t>(cfg_.draft_max, room);
+  int64_t k = std::min<int64_t>(s.req->draft_max >= 0 ? s.req->draft_max : cfg_.draft_max, room);
   k = std::min<int64_t>(k, cfg_.slot_ctx - 1 - base);
   if (s.req->max_tokens >= 0) k = std::min<int64_t>(k, s.req->max_tokens - s.generated - 1);
+  return std::max<int64_t>(k, 0);
+}
+
+std::vector<int32_t> Scheduler::draft_for(const Slot& s, int64_t room) const {
+  if (cfg_.lookup_n == 0) return {};
+  const int64_t k = draft_cap(s, room);
   if (k <= 0) return {};
   std::vector<int32_t> d = prompt_lookup(s.history, cfg_.lookup_n, static_cast<int32_t>(k));
-  if (static_cast<int32_t>(d.size()) < std::max(1, cfg_.draft_min)) d.clear();
+  if (static_cast<int32_t>(d.size()) < std::max(1, draft_min_of(s))) d.clear();
   return d;
 }
 
@@ -187,6 +202,78 @@ void Scheduler::admit_locked() {
   }
 }
 
+void Scheduler::draft_with_model(const std::vector<int64_t>& cap) {
+  StepModel& dm = *draft_;
+  const auto nv = static_cast<size_t>(dm.n_vocab());
+  const size_t vocab = cfg_.draft_vocab > 0 ? std::min(nv, static_cast<size_t>(cfg_.draft_vocab)) : nv;
+  std::vector<int32_t> active;  // slots whose last batch token is flagged, in batch order
+  const auto take_rows = [&](std::span<const float> logits) {
+    std::vector<int32_t> still;
+    for (size_t j = 0; j < active.size(); ++j) {
+      Slot& s = slots_[static_cast<size_t>(active[j])];
+      const std::span<const float> row = logits.subspan(j * nv, vocab);
+      const float p_min = s.req->draft_p_min >= 0.0f ? s.req->draft_p_min : cfg_.draft_p_min;
+      if (p_min > 0.0f && top_probability(row) < p_min) continue;
+      s.draft.push_back(argmax(row));
+      if (static_cast<int64_t>(s.draft.size()) < cap[static_cast<size_t>(active[j])]) still.push_back(active[j]);
+    }
+    active = std::move(still);
+  };
+  try {
+    // Catch-up: the draft's KV of each drafting slot becomes the slot's cached tokens plus
+    // next_token (what it shares with them is kept; the last token is always decoded, for its
+    // logits). At most `chunk` tokens in all: a slot that needs more (its prompt, right after the
+    // prefill) takes what is left of the budget and drafts from a later step on.
+    Batch b;
+    size_t budget = static_cast<size_t>(cfg_.chunk);
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      if (cap[i] <= 0) continue;
+      Slot& s = slots_[i];
+      const size_t n = s.cached.size() + 1;
+      const auto at = [&](size_t p) { return p < s.cached.size() ? s.cached[p] : s.next_token; };
+      size_t common = 0;
+      while (common < s.draft_cached.size() && common < n && s.draft_cached[common] == at(common)) ++common;
+      if (common == n) --common;
+      if (common < s.draft_cached.size()) {
+        dm.keep_prefix(static_cast<int32_t>(i), static_cast<int32_t>(common));
+        s.draft_cached.resize(common);
+      }
+      const size_t feed = std::min(n - common, budget);
+      for (size_t p = common; p < common + feed; ++p) {
+        b.tokens.push_back(at(p));
+        b.positions.push_back(static_cast<int32_t>(p));
+        b.seq_ids.push_back(static_cast<int32_t>(i));
+        b.logits.push_back(p + 1 == n ? 1 : 0);
+        s.draft_cached.push_back(at(p));
+      }
+      budget -= feed;
+      if (common + feed == n) active.push_back(static_cast<int32_t>(i));
+    }
+    if (b.tokens.empty()) return;
+    take_rows(dm.forward(b));
+    // One position per forward: each slot still drafting feeds its last draft.
+    while (!active.empty()) {
+      Batch d;
+      for (const int32_t i : active) {
+        Slot& s = slots_[static_cast<size_t>(i)];
+        d.tokens.push_back(s.draft.back());
+        d.positions.push_back(static_cast<int32_t>(s.draft_cached.size()));
+        d.seq_ids.push_back(i);
+        d.logits.push_back(1);
+        s.draft_cached.push_back(s.draft.back());
+      }
+      take_rows(dm.forward(d));
+    }
+  } catch (const std::exception& e) {
+    log_warn("serve: the draft model failed ({}); speculative decoding is off from now on", e.what());
+    draft_ = nullptr;
+    for (Slot& s : slots_) s.draft.clear();
+    return;
+  }
+  for (Slot& s : slots_)
+    if (s.req && static_cast<int32_t>(s.draft.size()) < std::max(1, draft_min_of(s))) s.draft.clear();
+}
+
 bool Scheduler::step(StepReport* report) {
   std::unique_lock lock(mu_);
   admit_locked();
@@ -216,11 +303,31 @@ bool Scheduler::step(StepReport* report) {
     prefill_joins = prefill_joins || s.state == SlotState::Prefill;
   }
   if (prefill_joins && model_.exact_step_tokens() < INT32_MAX) room = 0;
+  // Lookup drafts take the room in slot order as they are found; a draft model's slots reserve
+  // their caps (the draft may stop earlier) and draft together, without the lock.
+  std::vector<int64_t> cap(slots_.size(), 0);
+  bool model_drafts = false;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    Slot& s = slots_[i];
+    s.draft.clear();
+    if (s.state != SlotState::Decode) continue;
+    if (draft_ != nullptr) {
+      cap[i] = draft_cap(s, room);
+      model_drafts = model_drafts || cap[i] > 0;
+    } else {
+      s.draft = draft_for(s, room);
+      cap[i] = static_cast<int64_t>(s.draft.size());
+    }
+    room -= cap[i];
+  }
+  if (model_drafts) {
+    lock.unlock();
+    draft_with_model(cap);
+    lock.lock();
+  }
   for (size_t i = 0; i < slots_.size(); ++i) {
     Slot& s = slots_[i];
     if (s.state != SlotState::Decode) continue;
-    s.draft = draft_for(s, room);
-    room -= static_cast<int64_t>(s.draft.size());
     const auto base = static_cast<int32_t>(s.cached.size());
     for (size_t j = 0; j <= s.draft.size(); ++j) {
       b.tokens.push_back(j == 0 ? s.next_token : s.draft[j - 1]);

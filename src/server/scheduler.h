@@ -3,7 +3,9 @@
 // running slots into one Batch (the next token of every decoding slot plus up to `chunk` prompt
 // tokens of the slots being prefilled, oldest first), runs it and samples per slot. With prompt
 // lookup on (SchedulerConfig::lookup_n), a decoding slot also sends the tokens that followed the
-// latest earlier occurrence of its last n tokens, and keeps those its own sampling confirms.
+// latest earlier occurrence of its last n tokens, and keeps those its own sampling confirms; with
+// a draft model (a second StepModel, slot s on its sequence s), the draft proposes them instead,
+// all drafting slots together in one draft forward per drafted position.
 // Plain C++: no HTTP, no CUDA; the engine is reached through StepModel, so tests drive it
 // in-process with a fake.
 //
@@ -85,6 +87,11 @@ struct Request {
   std::vector<int32_t> prompt;  ///< non-empty
   SamplerParams sampling;
   int32_t max_tokens = -1;      ///< < 0: until the slot's context is full
+  /// This request's speculation settings (llama-server's per-request "speculative.*" fields);
+  /// < 0: the scheduler's SchedulerConfig::draft_max / draft_min / draft_p_min. draft_max 0: no
+  /// drafts. The output does not depend on them, only the steps it takes.
+  int32_t draft_max = -1, draft_min = -1;
+  float draft_p_min = -1.0f;
   /// Called with each sampled token and its logits row (n_vocab floats); Stop ends the request
   /// with FinishReason::Stop (the token was accepted and counts as generated).
   std::function<TokenAction(int32_t token, std::span<const float> logits)> on_token;
@@ -107,7 +114,13 @@ struct SchedulerConfig {
   /// emitted token, from the same logits). 0: off.
   int32_t lookup_n = 0;
   int32_t draft_max = 16;      ///< most tokens drafted per slot per step
-  int32_t draft_min = 0;       ///< a lookup that finds fewer tokens drafts none
+  int32_t draft_min = 0;       ///< a lookup (or draft model) that proposes fewer tokens drafts none
+  /// Draft model only (llama.cpp's --spec-draft-p-min): a slot stops drafting at a position where
+  /// the draft's top probability (softmax of its row at temperature 1) is below this. 0: off.
+  float draft_p_min = 0.75f;
+  /// Draft model only: drafted ids are the argmax over the first draft_vocab logits of the
+  /// draft's row (the ids both tokenizers have). 0: the draft's whole row.
+  int64_t draft_vocab = 0;
 };
 
 /// Request-duration histogram buckets (seconds, upper bounds; +Inf implied).
@@ -121,7 +134,7 @@ struct SchedulerStats {
   int64_t kv_cells_total = 0;
   uint64_t prompt_tokens = 0;     ///< prompt tokens prefilled (reused ones not counted)
   uint64_t generated_tokens = 0;
-  uint64_t draft_tokens = 0;      ///< tokens drafted by prompt lookup and sent to the model
+  uint64_t draft_tokens = 0;      ///< tokens drafted (prompt lookup or draft model) and sent to the model
   uint64_t draft_accepted = 0;    ///< of those, kept (the token sampled at their position)
   uint64_t requests_finished = 0;
   uint64_t duration_counts[std::size(kDurationBuckets) + 1] = {};  ///< per bucket, not cumulative
@@ -140,10 +153,13 @@ struct StepReport {
 
 class Scheduler {
  public:
-  /// Throws minfer::Error for a config value out of range (n_slots, slot_ctx, chunk < 1,
-  /// max_queue < 0, lookup_n outside [0, 64], draft_max outside [1, 256], draft_min outside
-  /// [0, draft_max]).
-  Scheduler(StepModel& model, const SchedulerConfig& config);
+  /// `draft`, when given, is the draft model (it must outlive the scheduler; slot s uses its
+  /// sequence s, which must have slot_ctx cells, as the target's; its vocabulary must agree with
+  /// the target's on the first draft_vocab ids). Throws minfer::Error for a config value out of
+  /// range (n_slots, slot_ctx, chunk < 1, max_queue < 0, lookup_n outside [0, 64], draft_max
+  /// outside [1, 256], draft_min outside [0, draft_max], draft_p_min outside [0, 1],
+  /// draft_vocab < 0) and for a draft model together with lookup_n > 0.
+  Scheduler(StepModel& model, const SchedulerConfig& config, StepModel* draft = nullptr);
 
   /// Queues `r`. Returns false (and does not keep it) when max_queue requests already wait or
   /// draining() is set. Throws minfer::Error when the prompt is empty or does not leave room for
@@ -181,6 +197,7 @@ class Scheduler {
     std::vector<int32_t> history;      ///< prompt + generated (penalties)
     int32_t next_token = -1;           ///< sampled, not yet in the KV (Decode)
     std::vector<int32_t> draft;        ///< tokens drafted after next_token in this step's batch
+    std::vector<int32_t> draft_cached; ///< tokens the draft model's KV holds for the slot
     int32_t generated = 0;
     int32_t cached_prompt = 0;
     uint64_t last_used = 0;            ///< step counter of the last assignment (LRU)
@@ -197,10 +214,23 @@ class Scheduler {
   /// model's exact step leaves), none when off or capped to nothing by the slot's cells or
   /// max_tokens.
   std::vector<int32_t> draft_for(const Slot& s, int64_t room) const;
+  /// Most tokens slot `s` may draft this step: draft_max, capped by `room`, the slot's cells and
+  /// its max_tokens (each verify row emits at most one token).
+  int64_t draft_cap(const Slot& s, int64_t room) const;
+  /// The fewest drafts slot `s`'s request keeps (its draft_min, else the config's).
+  int32_t draft_min_of(const Slot& s) const;
+  /// Fills the drafts of the decoding slots with cap[i] > 0 from the draft model: brings each
+  /// slot's draft KV to its cached tokens plus next_token (at most `chunk` catch-up tokens a step,
+  /// all slots together: a slot still catching up drafts nothing this step), then drafts greedily
+  /// one position per draft forward, a slot stopping at its cap or below draft_p_min. Runs
+  /// without the lock. A draft forward that throws turns drafting off for the scheduler's life
+  /// (logged once); the step goes on without drafts.
+  void draft_with_model(const std::vector<int64_t>& cap);
   void finish(Slot& s, FinishReason reason, const std::string& error = {});
   void record_duration(std::chrono::steady_clock::time_point t_submit);
 
   StepModel& model_;
+  StepModel* draft_ = nullptr;   ///< the draft model; null without one or after it failed
   SchedulerConfig cfg_;
   std::vector<Slot> slots_;
   mutable std::mutex mu_;        ///< guards queue_, slots_' state/cached sizes, the counters

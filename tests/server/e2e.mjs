@@ -460,11 +460,14 @@ async function main() {
     }
   });
 
-  // Prompt lookup (--lookup 3): the same requests on a server without it and one with it give
-  // the same texts, greedy, seeded and with a stop string, and the lookup server drafted tokens.
-  await test('prompt_lookup_server_gives_the_texts_of_plain_decoding', async () => {
+  // Prompt lookup (--lookup 3) and a draft model (-md, here the model itself, drafting at every
+  // position): the same requests on a server without them and on one with each give the same
+  // texts, greedy, seeded and with a stop string, and the speculating servers drafted tokens.
+  await test('prompt_lookup_and_draft_model_servers_give_the_texts_of_plain_decoding', async () => {
     const plain = await startServer(['-np', '2', '-c', '1024']);
     const spec = await startServer(['-np', '2', '-c', '1024', '--lookup', '3']);
+    const drafting = await startServer(['-np', '2', '-c', '1024', '-md', MODEL, '--spec-draft-p-min', '0',
+      '--spec-draft-n-max', '6']);
     try {
       const repeat = 'def area(w, h):\n    return w * h\n\n\ndef area(w, h):\n';
       const reqs = [
@@ -481,8 +484,22 @@ async function main() {
         out.push(...all);
         return { c, out };
       };
-      const a = await texts(plain), b = await texts(spec);
+      const a = await texts(plain), b = await texts(spec), d = await texts(drafting);
       assertEq(b.out, a.out, 'texts with prompt lookup');
+      assertEq(d.out, a.out, 'texts with a draft model');
+      // llama-server's per-request fields: fewer drafts, or none, for one request; same text.
+      for (const n of [0, 2]) {
+        const r = await d.c.completions.create({ ...reqs[0], 'speculative.n_max': n, 'speculative.p_min': 0.1 });
+        assertEq(r.choices[0].text, a.out[0], `text with speculative.n_max ${n}`);
+      }
+      const badSpec = await fetch(`${drafting.url}/v1/completions`, {
+        method: 'POST', headers: { 'Content-Type': 'application/json' },
+        body: JSON.stringify({ ...reqs[0], 'speculative.p_min': 2 }),
+      });
+      assertEq(badSpec.status, 400, 'speculative.p_min out of range');
+      assertEq((await badSpec.json()).error.param, 'speculative.p_min', 'the field named');
+      assert(await metric(drafting.url, 'minfer_draft_tokens_total') > 0, 'the draft-model server drafted tokens');
+      assert(await metric(drafting.url, 'minfer_draft_accepted_tokens_total') > 0, 'and kept some');
       const full = a.out[0];
       const stop = full.slice(10, 14);
       assert(stop.length === 4, `the reference text is too short: ${JSON.stringify(full)}`);
@@ -495,6 +512,7 @@ async function main() {
     } finally {
       assertEq(await stopServer(plain), 0, 'plain server exit code');
       assertEq(await stopServer(spec), 0, 'lookup server exit code');
+      assertEq(await stopServer(drafting), 0, 'draft-model server exit code');
     }
   });
 }

@@ -148,6 +148,72 @@ TEST_P(ServerBatchInvariance, LookupDraftsKeepGreedyLogitsBitwise) {
         << "logits of the other request's token " << i << " differ";
 }
 
+// A draft model (here a second engine of another synth model with the same vocabulary, and
+// one of the target's own file): its drafts, verified in the slot's forward, leave every token's
+// logits those of decoding without drafts, bitwise, beside another request; the target's own file
+// as the draft is kept at every greedy position.
+TEST_P(ServerBatchInvariance, DraftModelKeepsGreedyLogitsBitwise) {
+  test::SynthSpec spec;
+  spec.arch = "qwen3";
+  spec.type = TensorType::Q4_K;
+  const std::string target_path = test::write_synth_model(spec, test::temp_dir()).string();
+  auto model = Model::load(target_path);
+  test::SynthSpec other = spec;
+  other.seed = spec.seed + 17;
+  other.type = TensorType::Q8_0;
+  auto other_model = Model::load(test::write_synth_model(other, test::temp_dir()).string());
+  const std::vector<int32_t> prompt = {11, 200, 37, 5, 480, 99, 123, 7, 310, 42};
+  constexpr int32_t kGen = 32;
+  const auto generate = [&](std::shared_ptr<const Model> draft_model, std::shared_ptr<Trace> mine,
+                            std::shared_ptr<Trace> o, int* drafted, int* accepted) {
+    Engine e(model, config(GetParam()));
+    EngineStepModel m(e, kSlots, kSlotCtx);
+    std::unique_ptr<Engine> de;
+    std::unique_ptr<EngineStepModel> dm;
+    if (draft_model) {
+      de = std::make_unique<Engine>(draft_model, config(GetParam()));
+      dm = std::make_unique<EngineStepModel>(*de, kSlots, kSlotCtx);
+    }
+    SchedulerConfig sc{kSlots, kSlotCtx, 16, 16};
+    sc.draft_max = 5;
+    sc.draft_p_min = 0.0f;  // a synth model's rows are flat: draft at every position
+    Scheduler s(m, sc, dm.get());
+    ASSERT_TRUE(s.submit(traced({3, 4, 5, 6, 7, 8, 9, 3, 4, 5, 6}, 20, o)));
+    s.step();
+    ASSERT_TRUE(s.submit(traced(prompt, kGen, mine)));
+    for (int i = 0; i < 2000 && !s.idle(); ++i) {
+      StepReport rep;
+      s.step(&rep);
+      *drafted += rep.draft_tokens;
+      *accepted += rep.draft_accepted;
+    }
+    ASSERT_TRUE(s.idle());
+  };
+  auto plain = std::make_shared<Trace>(), plain_o = std::make_shared<Trace>();
+  int n0 = 0, a0 = 0;
+  generate(nullptr, plain, plain_o, &n0, &a0);
+  ASSERT_EQ(plain->tokens.size(), static_cast<size_t>(kGen));
+  EXPECT_EQ(n0, 0);
+  const size_t nv = plain->logits.front().size();
+  for (const auto& [name, dmodel] : {std::pair{"the target's own file", model}, std::pair{"another model", other_model}}) {
+    auto t = std::make_shared<Trace>(), o = std::make_shared<Trace>();
+    int drafted = 0, accepted = 0;
+    generate(dmodel, t, o, &drafted, &accepted);
+    EXPECT_GT(drafted, 0) << name;
+    ASSERT_EQ(t->tokens, plain->tokens) << name;
+    ASSERT_EQ(o->tokens, plain_o->tokens) << name;
+    for (size_t i = 0; i < plain->logits.size(); ++i)
+      ASSERT_EQ(0, std::memcmp(plain->logits[i].data(), t->logits[i].data(), nv * sizeof(float)))
+          << name << ": logits of generated token " << i << " differ with drafts";
+    for (size_t i = 0; i < plain_o->logits.size(); ++i)
+      ASSERT_EQ(0, std::memcmp(plain_o->logits[i].data(), o->logits[i].data(), nv * sizeof(float)))
+          << name << ": logits of the other request's token " << i << " differ";
+    if (dmodel == model) {
+      EXPECT_EQ(accepted, drafted) << name;  // greedy drafts of the target itself
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(KvTypes, ServerBatchInvariance,
                          ::testing::Values(TensorType::F32, TensorType::F16, TensorType::Q8_0),
                          [](const auto& param_info) { return std::string(type_name(param_info.param)); });

@@ -131,6 +131,24 @@ TEST(ServerRequest, FieldOutOfRangeIs400NamingTheField) {
   EXPECT_EQ(error_of(R"({"prompt":[1,-2]})", false).second, "prompt");
   EXPECT_EQ(error_of(R"({"prompt":"x","seed":18446744073709551615})", false).second, "seed");
   EXPECT_EQ(error_of(R"({"prompt":"x","max_tokens":1e400})", false).first, 400);
+  EXPECT_EQ(error_of(R"({"prompt":"x","speculative.n_max":257})", false).second, "speculative.n_max");
+  EXPECT_EQ(error_of(R"({"prompt":"x","speculative.n_min":-1})", false).second, "speculative.n_min");
+  EXPECT_EQ(error_of(R"({"prompt":"x","speculative.p_min":1.5})", false).second, "speculative.p_min");
+  EXPECT_EQ(error_of(R"({"prompt":"x","speculative.n_max":"4"})", false).second, "speculative.n_max");
+  EXPECT_EQ(error_of(R"({"prompt":"x","speculative.n_max":2,"speculative.n_min":3})", false).second,
+            "speculative.n_min");
+}
+
+// llama-server's per-request speculation fields (flat keys with a dot); absent: -1 (the server's).
+TEST(ServerRequest, SpeculativeFieldsAreReadWhereGiven) {
+  GenerationRequest r = parse_generation_request(R"({"prompt":"x","speculative.n_max":0,"speculative.p_min":0.5})", false);
+  EXPECT_EQ(r.spec_n_max, 0);
+  EXPECT_EQ(r.spec_n_min, -1);
+  EXPECT_FLOAT_EQ(r.spec_p_min, 0.5f);
+  r = parse_generation_request(R"({"prompt":"x","speculative.n_min":3})", false);
+  EXPECT_EQ(r.spec_n_max, -1);
+  EXPECT_EQ(r.spec_n_min, 3);
+  EXPECT_FLOAT_EQ(r.spec_p_min, -1.0f);
 }
 
 TEST(ServerRequest, MissingOrEmptyMessagesOrPromptIs400) {

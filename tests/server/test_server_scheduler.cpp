@@ -1,8 +1,9 @@
 // The server's request scheduler in-process, with a fake model: batch formation, chunked
 // prefill, prefix reuse, LRU slot choice, cancellation, the bounded queue, errors, and prompt
-// lookup speculation.
+// lookup and draft-model speculation.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
 
 #include "core/error.h"
@@ -24,6 +25,9 @@ class FakeModel : public StepModel {
   /// > 0: the row also gives (token + 2) % kVocab this logit (sampling then has two likely tokens).
   float second = 0.0f;
   int64_t exact = INT32_MAX;  ///< exact_step_tokens()
+  /// The greedy next token after `t`; (t + 1) % kVocab when empty (a draft model that agrees
+  /// with the target sometimes sets its own).
+  std::function<int32_t(int32_t)> rule;
 
   std::span<const float> forward(const Batch& b) override {
     if (fail_next) {
@@ -38,7 +42,7 @@ class FakeModel : public StepModel {
       h.push_back(b.tokens[i]);
       if (b.logits[i]) {
         std::vector<float> row(kVocab, 0.0f);
-        row[static_cast<size_t>((b.tokens[i] + 1) % kVocab)] = 10.0f;
+        row[static_cast<size_t>(rule ? rule(b.tokens[i]) : (b.tokens[i] + 1) % kVocab)] = 10.0f;
         if (second > 0.0f) row[static_cast<size_t>((b.tokens[i] + 2) % kVocab)] = second;
         out_.insert(out_.end(), row.begin(), row.end());
       }
@@ -394,8 +398,8 @@ struct LookupRun {
 };
 
 LookupRun run_one(FakeModel& m, const SchedulerConfig& cfg, std::shared_ptr<Request> r,
-                  const std::shared_ptr<Recorded>& rec) {
-  Scheduler s(m, cfg);
+                  const std::shared_ptr<Recorded>& rec, FakeModel* draft = nullptr) {
+  Scheduler s(m, cfg, draft);
   EXPECT_TRUE(s.submit(std::move(r)));
   LookupRun out;
   for (int i = 0; i < 1000 && !s.idle(); ++i) {
@@ -578,6 +582,233 @@ TEST(ServerScheduler, LookupSettingsOutOfRangeAreRefused) {
   c = lookup_config(1, 64, 2, 4);
   c.draft_min = 5;
   EXPECT_THROW(Scheduler(m, c), Error);
+}
+
+SchedulerConfig draft_config(int32_t slots, int32_t slot_ctx, int32_t draft_max, int32_t chunk = 64) {
+  SchedulerConfig c = config(slots, chunk, slot_ctx);
+  c.draft_max = draft_max;
+  return c;
+}
+
+/// The draft model's KV of sequence `seq` agrees with what the target's slot holds, position by
+/// position, where both have a token (the draft may hold a drafted tail the target refused, which
+/// its next catch-up removes).
+void expect_draft_kv_consistent(const FakeModel& draft, int32_t seq, const std::vector<int32_t>& slot_kv) {
+  const auto it = draft.held.find(seq);
+  ASSERT_NE(it, draft.held.end());
+  const std::vector<int32_t>& d = it->second;
+  for (size_t i = 0; i < std::min(d.size(), slot_kv.size()); ++i) ASSERT_EQ(d[i], slot_kv[i]) << "position " << i;
+}
+
+// A draft model that agrees with the target: every draft is kept, the output, finish and KV are
+// those of plain decoding, in fewer steps; the draft runs one catch-up forward and then one
+// forward per drafted position.
+TEST(ServerScheduler, DraftModelKeepsTheOutputOfPlainDecodingInFewerSteps) {
+  const std::vector<int32_t> prompt = {5, 6, 7};
+  auto plain_rec = std::make_shared<Recorded>(), spec_rec = std::make_shared<Recorded>();
+  FakeModel plain_m, spec_m, draft_m;
+  const LookupRun plain = run_one(plain_m, config(1, 64, 64), greedy_request(prompt, 20, plain_rec), plain_rec);
+  const LookupRun spec =
+      run_one(spec_m, draft_config(1, 64, 4), greedy_request(prompt, 20, spec_rec), spec_rec, &draft_m);
+  EXPECT_EQ(plain.tokens.size(), 20u);
+  EXPECT_EQ(spec.tokens, plain.tokens);
+  EXPECT_EQ(spec.fin.reason, FinishReason::Length);
+  EXPECT_EQ(spec.slot_kv, plain.slot_kv);
+  EXPECT_EQ(spec.model_kv, plain.model_kv);
+  // The prefill samples 8; then each step drafts 4 (all kept) and samples one more: 5 tokens a
+  // step, the last capped by max_tokens (19 = 5 + 5 + 5 + 4: 3 drafts in the last step).
+  EXPECT_EQ(spec.drafted, 4 + 4 + 4 + 3);
+  EXPECT_EQ(spec.accepted, spec.drafted);
+  EXPECT_EQ(spec.steps, 5);
+  EXPECT_EQ(plain.steps, 20);
+  expect_draft_kv_consistent(draft_m, 0, spec.slot_kv);
+  // Per step: a catch-up forward (the sampled token, and after a step of kept drafts the last
+  // draft the draft never decoded) and 3 (last step 2) one-token forwards.
+  ASSERT_EQ(draft_m.batches.size(), 4u * 4u - 1u);
+  EXPECT_EQ(draft_m.batches[0].tokens, (std::vector<int32_t>{5, 6, 7, 8}));  // the whole context at first
+  EXPECT_EQ(draft_m.batches[4].tokens, (std::vector<int32_t>{12, 13}));
+  for (size_t i = 1; i < 4; ++i) EXPECT_EQ(draft_m.batches[i].tokens.size(), 1u);
+}
+
+// Drafts the target refuses (always, or sometimes), greedy and seeded: the output and the KV are
+// those of plain decoding, and the draft's KV drops each refused tail at its next catch-up.
+TEST(ServerScheduler, DraftModelThatDisagreesChangesNothingButTheSteps) {
+  const std::vector<int32_t> prompt = {1, 2, 3, 4};
+  const std::function<int32_t(int32_t)> rules[] = {
+      [](int32_t t) { return (t + 2) % kVocab; },                    // never the target's token
+      [](int32_t t) { return (t + (t % 4 == 3 ? 2 : 1)) % kVocab; },  // the target's but after 3, 7, ...
+  };
+  for (int r = 0; r < 2; ++r)
+    for (uint64_t seed : {0u, 5u, 9u}) {
+      auto plain_rec = std::make_shared<Recorded>(), spec_rec = std::make_shared<Recorded>();
+      FakeModel plain_m, spec_m, draft_m;
+      draft_m.rule = rules[r];
+      auto rp = greedy_request(prompt, 30, plain_rec), rs = greedy_request(prompt, 30, spec_rec);
+      if (seed != 0) {
+        plain_m.second = spec_m.second = 9.0f;  // two likely tokens per row
+        for (Request* q : {rp.get(), rs.get()}) {
+          q->sampling.temp = 1.0f;
+          q->sampling.seed = seed;
+        }
+      }
+      const LookupRun plain = run_one(plain_m, config(1, 64, 64), rp, plain_rec);
+      const LookupRun spec = run_one(spec_m, draft_config(1, 64, 6), rs, spec_rec, &draft_m);
+      const std::string what = "rule " + std::to_string(r) + " seed " + std::to_string(seed);
+      EXPECT_EQ(spec.tokens, plain.tokens) << what;
+      EXPECT_EQ(spec.slot_kv, plain.slot_kv) << what;
+      EXPECT_EQ(spec.model_kv, plain.model_kv) << what;
+      EXPECT_GT(spec.drafted, 0) << what;
+      if (r == 0 && seed == 0) {
+        EXPECT_EQ(spec.accepted, 0) << what;
+      }
+      if (r == 1) {
+        EXPECT_GT(spec.accepted, 0) << what;
+        EXPECT_LT(spec.accepted, spec.drafted) << what;
+      }
+      expect_draft_kv_consistent(draft_m, 0, spec.slot_kv);
+      EXPECT_FALSE(draft_m.keeps.empty()) << what;  // refused tails left the draft's KV
+    }
+}
+
+// p_min: a draft whose top probability is 0.5 at every position drafts nothing with the default
+// 0.75 and drafts with 0.4; draft_min drops proposals shorter than it.
+TEST(ServerScheduler, DraftModelStopsBelowPMinAndDropsShortProposals) {
+  const std::vector<int32_t> prompt = {9, 10, 11};
+  for (const float p_min : {0.75f, 0.4f}) {
+    auto rec = std::make_shared<Recorded>();
+    FakeModel m, draft_m;
+    draft_m.second = 10.0f;  // two tokens of logit 10: top probability 1 / (2 + 62 e^-10) ~ 0.4999
+    SchedulerConfig c = draft_config(1, 64, 4);
+    c.draft_p_min = p_min;
+    const LookupRun r = run_one(m, c, greedy_request(prompt, 10, rec), rec, &draft_m);
+    EXPECT_EQ(r.tokens, (std::vector<int32_t>{12, 13, 14, 15, 16, 17, 18, 19, 20, 21}));
+    if (p_min > 0.5f) {
+      EXPECT_EQ(r.drafted, 0);
+      EXPECT_EQ(r.steps, 10);
+    } else {
+      EXPECT_GT(r.drafted, 0);
+      EXPECT_EQ(r.accepted, r.drafted);  // the argmax (lowest id of the two) is the target's token
+    }
+  }
+  auto rec = std::make_shared<Recorded>();
+  FakeModel m, draft_m;
+  draft_m.rule = [](int32_t t) { return (t + 1) % kVocab; };
+  SchedulerConfig c = draft_config(1, 64, 4);
+  c.draft_min = 4;  // max_tokens 6 leaves caps of 4 then 0: the second step's proposals are too short
+  const LookupRun r = run_one(m, c, greedy_request(prompt, 6, rec), rec, &draft_m);
+  EXPECT_EQ(r.tokens, (std::vector<int32_t>{12, 13, 14, 15, 16, 17}));
+  EXPECT_EQ(r.drafted, 4);
+}
+
+// A long prompt: the draft's catch-up is chunked like the prefill (no draft forward holds more
+// than `chunk` tokens), the slot decodes without drafts until its draft KV has caught up, and a
+// second slot keeps drafting meanwhile.
+TEST(ServerScheduler, DraftCatchUpIsChunkedAndOtherSlotsKeepDrafting) {
+  FakeModel m, draft_m;
+  Scheduler s(m, draft_config(2, 128, 3, 16), &draft_m);
+  auto a = std::make_shared<Recorded>(), b = std::make_shared<Recorded>();
+  ASSERT_TRUE(s.submit(greedy_request({40, 41}, 40, a)));
+  s.step();
+  std::vector<int32_t> long_prompt;
+  for (int i = 0; i < 70; ++i) long_prompt.push_back(i % 50);
+  ASSERT_TRUE(s.submit(greedy_request(long_prompt, 12, b)));
+  int steps_without = 0;
+  for (int i = 0; i < 200 && !s.idle(); ++i) {
+    StepReport rep;
+    s.step(&rep);
+    if (rep.decode_tokens == 2 && rep.draft_tokens <= 3) ++steps_without;  // only slot 0 drafted
+  }
+  ASSERT_TRUE(s.idle());
+  for (const Batch& bt : draft_m.batches) EXPECT_LE(bt.tokens.size(), 16u);
+  EXPECT_EQ(a->tokens.size(), 40u);
+  EXPECT_EQ(b->tokens.size(), 12u);
+  for (size_t i = 0; i < b->tokens.size(); ++i) EXPECT_EQ(b->tokens[i], (long_prompt.back() + 1 + static_cast<int>(i)) % kVocab);
+  EXPECT_GT(steps_without, 0);
+  expect_draft_kv_consistent(draft_m, 0, s.slot_tokens(0));
+  expect_draft_kv_consistent(draft_m, 1, s.slot_tokens(1));
+  // Slot 1's draft KV holds its whole prompt: it was caught up in pieces of at most 16.
+  ASSERT_GE(draft_m.held[1].size(), long_prompt.size());
+}
+
+// The model's exact step bounds decode tokens and drafts together; a draft forward that fails
+// turns drafting off and the requests go on to the same output.
+TEST(ServerScheduler, DraftsStayInsideTheExactStepAndADraftFailureTurnsThemOff) {
+  {
+    FakeModel m, draft_m;
+    m.exact = 4;
+    Scheduler s(m, draft_config(3, 64, 8), &draft_m);
+    std::vector<std::shared_ptr<Recorded>> recs;
+    for (int32_t base : {0, 20, 40}) {
+      recs.push_back(std::make_shared<Recorded>());
+      ASSERT_TRUE(s.submit(greedy_request({base, base + 1}, 10, recs.back())));
+    }
+    int drafted = 0;
+    for (int i = 0; i < 200 && !s.idle(); ++i) {
+      StepReport rep;
+      s.step(&rep);
+      drafted += rep.draft_tokens;
+      EXPECT_LE(rep.decode_tokens + rep.draft_tokens, 4) << "step " << i;
+    }
+    ASSERT_TRUE(s.idle());
+    EXPECT_GT(drafted, 0);
+    for (size_t r = 0; r < recs.size(); ++r) EXPECT_EQ(recs[r]->tokens.size(), 10u) << "request " << r;
+  }
+  auto plain_rec = std::make_shared<Recorded>(), rec = std::make_shared<Recorded>();
+  FakeModel plain_m, m, draft_m;
+  const LookupRun plain = run_one(plain_m, config(1, 64, 64), greedy_request({3, 4}, 24, plain_rec), plain_rec);
+  Scheduler s(m, draft_config(1, 64, 2), &draft_m);
+  ASSERT_TRUE(s.submit(greedy_request({3, 4}, 24, rec)));
+  int drafted_before = 0, drafted_after = 0;
+  for (int i = 0; i < 200 && !s.idle(); ++i) {
+    if (i == 4) draft_m.fail_next = true;
+    StepReport rep;
+    s.step(&rep);
+    (i < 4 ? drafted_before : drafted_after) += rep.draft_tokens;
+  }
+  ASSERT_TRUE(s.idle());
+  EXPECT_EQ(rec->tokens, plain.tokens);
+  EXPECT_EQ(rec->fin.reason, FinishReason::Length);
+  EXPECT_GT(drafted_before, 0);
+  EXPECT_EQ(drafted_after, 0);
+  EXPECT_EQ(s.slot_tokens(0), plain.slot_kv);
+}
+
+// A request's own settings (llama-server's "speculative.*" fields) win over the server's: n_max 0
+// drafts nothing, a smaller n_max drafts less, a lower p_min lets a flat draft propose; the
+// output never changes.
+TEST(ServerScheduler, RequestSpeculationSettingsOverrideTheServers) {
+  const std::vector<int32_t> prompt = {9, 10, 11};
+  const auto with = [&](int32_t n_max, float p_min, bool flat) {
+    auto rec = std::make_shared<Recorded>();
+    FakeModel m, draft_m;
+    if (flat) draft_m.second = 10.0f;  // top probability ~0.5
+    auto r = greedy_request(prompt, 12, rec);
+    r->draft_max = n_max;
+    r->draft_p_min = p_min;
+    LookupRun out = run_one(m, draft_config(1, 64, 4), r, rec, &draft_m);
+    EXPECT_EQ(out.tokens, (std::vector<int32_t>{12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23}));
+    return out;
+  };
+  EXPECT_EQ(with(0, -1.0f, false).drafted, 0);
+  EXPECT_EQ(with(-1, -1.0f, false).steps, 4);  // 1 + 5 + 5 + 1 tokens
+  const LookupRun two = with(2, -1.0f, false);
+  EXPECT_EQ(two.steps, 5);                      // 1 + 3 + 3 + 3 + 2
+  EXPECT_EQ(two.max_slot_tokens, 3);
+  EXPECT_EQ(with(-1, -1.0f, true).drafted, 0);  // the server's 0.75
+  EXPECT_GT(with(-1, 0.4f, true).drafted, 0);
+}
+
+TEST(ServerScheduler, DraftModelSettingsOutOfRangeAreRefused) {
+  FakeModel m, draft_m;
+  SchedulerConfig c = draft_config(1, 64, 4);
+  c.lookup_n = 2;
+  EXPECT_THROW(Scheduler(m, c, &draft_m), Error);  // a draft model and lookup
+  c = draft_config(1, 64, 4);
+  c.draft_p_min = 1.5f;
+  EXPECT_THROW(Scheduler(m, c, &draft_m), Error);
+  c = draft_config(1, 64, 4);
+  c.draft_vocab = -1;
+  EXPECT_THROW(Scheduler(m, c, &draft_m), Error);
 }
 
 }  // namespace

@@ -38,7 +38,7 @@ struct ServeArgs {
   int64_t max_body = int64_t{8} << 20;
   int timeout = 600;
   int32_t chunk = 256;
-  SpeculativeArgs spec;  ///< prompt lookup only (a draft model is refused)
+  SpeculativeArgs spec;  ///< prompt lookup or a draft model, for every request
 };
 
 #ifdef MINFER_HAS_SERVER
@@ -50,12 +50,8 @@ void serve(const ServeArgs& a) {
   if (a.max_body < 1) fail("--max-body {} must be at least 1 byte", a.max_body);
   if (a.timeout < 1) fail("--timeout {} must be at least 1 second", a.timeout);
   if (a.chunk < 1) fail("--prefill-chunk {} must be at least 1 token", a.chunk);
-  if (!a.spec.draft_model.empty())
-    fail("serve: a draft model (-md {}) is not supported by the server yet; prompt lookup is (--lookup N or "
-         "--spec-type ngram-simple)",
-         printable(a.spec.draft_model));
-  bool on = false;  // == (spec.lookup_n > 0): a draft model is refused above
-  const SpeculativeParams spec = a.spec.params(&on);
+  bool on = false;
+  const SpeculativeParams spec = a.spec.params(&on);  // checks the options and opens -md's file
   if (a.model.ctx > 0 && a.model.ctx / a.parallel < server::kSlotCellAlign)
     fail("-c {} over --parallel {} leaves {} cells per slot; a slot needs at least {}", a.model.ctx, a.parallel,
          a.model.ctx / a.parallel, server::kSlotCellAlign);
@@ -82,7 +78,9 @@ void serve(const ServeArgs& a) {
   // parse_device takes; an unknown name is an error here too), or an -ngl that puts layers on it.
   // A missing or unreadable model file, too, is reported before the port is bound.
   (void)gguf::GgufFile::open(a.model.model);
+  if (!a.spec.draft_model.empty()) (void)gguf::GgufFile::open(a.spec.draft_model);
   if (parse_device(a.model.device) == graph::BackendKind::Cuda ||
+      (!a.spec.draft_model.empty() && !a.spec.device.empty() && parse_device(a.spec.device) == graph::BackendKind::Cuda) ||
       (!a.model.gpu_layers.empty() && parse_gpu_layers(a.model.gpu_layers) > 0))
     (void)create_backend(graph::BackendKind::Cuda, 1);
   server::HttpServer http(ho);
@@ -97,6 +95,13 @@ void serve(const ServeArgs& a) {
     fail("context {} over --parallel {} leaves fewer than {} cells per slot; raise -c", n_ctx, a.parallel,
          server::kSlotCellAlign);
   server::EngineStepModel step_model(*lm.engine, a.parallel, static_cast<int32_t>(per_slot));
+  // The draft model (-md): its own engine with the target's cells, slot s on its sequence s.
+  LoadedModel draft;
+  std::optional<server::EngineStepModel> draft_step;
+  if (!a.spec.draft_model.empty()) {
+    draft = load_draft(a.spec, a.model, lm);
+    draft_step.emplace(*draft.engine, a.parallel, static_cast<int32_t>(per_slot));
+  }
   server::SchedulerConfig sc;
   sc.n_slots = a.parallel;
   sc.slot_ctx = static_cast<int32_t>(per_slot);
@@ -105,7 +110,9 @@ void serve(const ServeArgs& a) {
   sc.lookup_n = spec.lookup_n;
   sc.draft_max = spec.n_max;
   sc.draft_min = spec.n_min;
-  server::Scheduler sched(step_model, sc);
+  sc.draft_p_min = spec.p_min;
+  if (draft_step) sc.draft_vocab = std::min<int64_t>(tk.n_vocab(), draft.model->tokenizer()->n_vocab());
+  server::Scheduler sched(step_model, sc, draft_step ? &*draft_step : nullptr);
   std::optional<chat::ChatTemplate> tmpl;
   if (!tk.chat_template().empty()) {
     try {
@@ -135,10 +142,15 @@ void serve(const ServeArgs& a) {
   sm.scheduler = &sched;
   sm.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   http.set_ready(sm);
+  const int64_t most_drafted = std::min<int64_t>(sc.draft_max, lm.engine->exact_step_tokens() - 1);
+  std::string spec_note;
+  if (sc.lookup_n > 0)
+    spec_note = fmt::format(", prompt lookup of {}-grams, up to {} drafted tokens", sc.lookup_n, most_drafted);
+  else if (draft_step)
+    spec_note = fmt::format(", draft model {}, up to {} drafted tokens (p-min {})",
+                            std::filesystem::path(a.spec.draft_model).filename().string(), most_drafted, sc.draft_p_min);
   log_info("serve: ready on http://{}:{} ({} slots of {} tokens{})", a.host, http.port(), a.parallel, per_slot,
-           sc.lookup_n > 0 ? fmt::format(", prompt lookup of {}-grams, up to {} drafted tokens", sc.lookup_n,
-                                         std::min<int64_t>(sc.draft_max, lm.engine->exact_step_tokens() - 1))
-                           : std::string());
+           spec_note);
 
   int sig = 0;
   sigwait(&sigs, &sig);

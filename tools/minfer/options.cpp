@@ -381,6 +381,17 @@ SpeculativeParams SpeculativeArgs::params(bool* enabled) const {
   return p;
 }
 
+LoadedModel load_draft(const SpeculativeArgs& args, const ModelArgs& target_args, const LoadedModel& target) {
+  ModelArgs d = target_args;
+  d.model = args.draft_model;
+  if (!args.device.empty()) d.device = args.device;
+  d.ctx = target.engine->n_ctx();
+  d.ubatch = 0;
+  LoadedModel draft = load_model(d);
+  check_vocab_compatible(*target.model->tokenizer(), *draft.model->tokenizer(), target_args.model, d.model);
+  return draft;
+}
+
 SpeculativeSetup make_speculator(const SpeculativeArgs& args, const ModelArgs& target_args, const LoadedModel& target,
                                  const SamplerParams& sampling) {
   SpeculativeSetup s;
@@ -392,13 +403,7 @@ SpeculativeSetup make_speculator(const SpeculativeArgs& args, const ModelArgs& t
     s.speculator = std::make_unique<Speculator>(p, sampling);
     return s;
   }
-  ModelArgs d = target_args;
-  d.model = args.draft_model;
-  if (!args.device.empty()) d.device = args.device;
-  d.ctx = target.engine->n_ctx();
-  d.ubatch = 0;
-  s.draft = load_model(d);
-  check_vocab_compatible(*target.model->tokenizer(), *s.draft.model->tokenizer(), target_args.model, d.model);
+  s.draft = load_draft(args, target_args, target);
   const double ratio = static_cast<double>(s.draft.model->weight_bytes()) /
                        static_cast<double>(std::max<uint64_t>(target.model->weight_bytes(), 1));
   s.speculator = std::make_unique<Speculator>(*s.draft.engine, s.draft.model->tokenizer()->n_vocab(), p, sampling,

@@ -176,6 +176,11 @@ struct SpeculativeArgs {
   SpeculativeParams params(bool* enabled) const;
 };
 
+/// Loads the draft model `args.draft_model` (non-empty) with the target's options, context
+/// (`target`'s engine cells) and threads, on --device-draft when given, and checks its
+/// vocabulary against the target's (one-line minfer::Error naming the first differing token).
+LoadedModel load_draft(const SpeculativeArgs& args, const ModelArgs& target_args, const LoadedModel& target);
+
 /// What run and chat keep alive for speculation: the draft model and engine (absent for
 /// lookup) and the Speculator (absent when speculation is off).
 struct SpeculativeSetup {

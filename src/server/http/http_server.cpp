@@ -181,6 +181,9 @@ void HttpServer::Impl::generation(const httplib::Request& hreq, httplib::Respons
                    chat ? "messages" : "prompt");
   r->sampling = g.sampling;
   r->max_tokens = g.max_tokens;
+  r->draft_max = g.spec_n_max;
+  r->draft_min = g.spec_n_min;
+  r->draft_p_min = g.spec_p_min;
   auto ch = std::make_shared<Channel>();
   auto text = std::make_shared<TextStream>(tk, g.stop);
   const bool want_lp = g.logprobs;
