@@ -1,6 +1,7 @@
 // The MMVQ kernels' arithmetic run on the host (mmvq_emulate.cuh: the kernels' own decode,
 // partial-sum and term code in their lane order) is bit-identical to the CPU reference for every
-// quantized type, n = 1..8, one and many blocks, 16-byte aligned and 2-byte aligned weights.
+// quantized type, n = 1..8, one and many blocks, 16-byte aligned and 2-byte aligned weights; for
+// Q4_K/Q5_K at n >= 2 also the tensor-core kernel's fragments, mma sums and fold order.
 // Needs a CUDA build but no device.
 #ifdef MINFER_HAS_CUDA
 
@@ -29,7 +30,7 @@ TEST_P(CudaMmvqEmulated, kernel_arithmetic_is_bit_identical_to_cpu_reference) {
   // (the direct K-quant kernel's two-half steps, 7B rows); 3 blocks (the lane kernel's 8 lanes per
   // row with 5 empty); 74 (a 7B ffn_down row: the lane kernel's three rounds, the last partial).
   for (const int64_t k : {bs, bs * (bs == 32 ? 100 : 37), bs * 14, bs * 3, bs * (bs == 32 ? 7 : 74)})
-    for (const int64_t m : {int64_t{1}, int64_t{7}})
+    for (const int64_t m : {int64_t{1}, int64_t{7}, int64_t{37}})  // 37: three 16-row tiles of the tensor-core kernel
       for (const size_t offset : {size_t{0}, size_t{2}, size_t{6}}) {
         SCOPED_TRACE("k " + std::to_string(k) + " m " + std::to_string(m) + " offset " +
                      std::to_string(offset));

@@ -9,6 +9,7 @@
 #include "cuda/kernels/mmvq_blocks.cuh"
 #include "cuda/kernels/mmvq_common.cuh"
 #include "cuda/kernels/mmvq_lane.cuh"
+#include "cuda/kernels/mmvq_mma.cuh"
 #include "cuda/kernels/quantize_acts.cuh"
 #include "quant/blocks.h"
 #include "quant/quant.h"
@@ -336,6 +337,185 @@ bool check_lane(const uint8_t* w, int64_t k, int64_t m, const Q8KView& a, int n,
   return emulate_lane<kType>(w, k, m, a, y2.data()) && same_bits(y, y2.data(), m, 1, m);
 }
 
+/// Q6_K super-block t of tile `tile` as the tensor-core kernel computes it (sb_terms_q6): each
+/// lane's fields, the 16 group mma.sync from the PTX m16n8k16 fragment layout, the group shares
+/// and the term, for the lane's four outputs.
+void mma_q6_terms_emulated(const uint8_t* w, int64_t row_bytes, int64_t m, int64_t tile, int64_t t, const Q8KView& a,
+                           int n, float (&term)[32][4]) {
+  const auto u32 = [](const uint8_t* p) {
+    uint32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+  };
+  const auto byte_of = [](uint32_t v, int i) { return static_cast<int>(static_cast<int8_t>((v >> (8 * i)) & 0xFFu)); };
+  MmaQ6Raw rows[32][2];
+  uint32_t act[32][16];
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane >> 2, tq = lane & 3;
+    for (int r = 0; r < 2; ++r) {
+      int64_t row = tile * 16 + g + 8 * r;
+      if (row >= m) row = 0;
+      const uint8_t* blk = w + row * row_bytes + t * 210;
+      MmaQ6Raw& rr = rows[lane][r];
+      for (int hh = 0; hh < 2; ++hh)
+        for (int lh = 0; lh < 2; ++lh) {
+          for (int sq = 0; sq < 2; ++sq) rr.ql[hh][sq][lh] = u32(blk + 64 * hh + 32 * sq + 16 * lh + 4 * tq);
+          rr.qh[hh][lh] = u32(blk + 128 + 32 * hh + 16 * lh + 4 * tq);
+        }
+      for (int q = 0; q < 4; ++q) rr.sc[q] = u32(blk + 192 + 4 * q);
+      std::memcpy(&rr.d, blk + 208, 2);
+    }
+    for (int G = 0; G < 16; ++G) act[lane][G] = g < n ? u32(reinterpret_cast<const uint8_t*>(a.qs + g * a.k + t * 256 + 16 * G + 4 * tq)) : 0u;
+  }
+  int isum[32][4] = {};
+  for (int G = 0; G < 16; ++G) {
+    const int hh = G >> 3, quad = (G >> 1) & 3, lh = G & 1;
+    uint32_t A[32][2];
+    for (int lane = 0; lane < 32; ++lane)
+      for (int r = 0; r < 2; ++r) A[lane][r] = mma_q6_a_word(rows[lane][r], hh, quad, lh);
+    for (int lane = 0; lane < 32; ++lane)
+      for (int e = 0; e < 4; ++e) {
+        const int row = (lane >> 2) + 8 * (e >> 1), col = 2 * (lane & 3) + (e & 1);
+        int c = 0;
+        for (int kk = 0; kk < 16; ++kk)
+          c += byte_of(A[(row % 8) * 4 + kk / 4][row >= 8 ? 1 : 0], kk % 4) * byte_of(act[col * 4 + kk / 4][G], kk % 4);
+        const int bsum = col < n ? a.bsums[(col * a.nb + t) * 16 + G] : 0;
+        isum[lane][e] += mma_q6_group(rows[lane][e >> 1], G, c, bsum);
+      }
+  }
+  for (int lane = 0; lane < 32; ++lane)
+    for (int e = 0; e < 4; ++e) {
+      const int col = 2 * (lane & 3) + (e & 1);
+      const float da = col < n ? a.d[col * a.nb + t] : 0.0f;
+      term[lane][e] = fmul(fmul(half_to_float(rows[lane][e >> 1].d), da), i2f(isum[lane][e]));
+    }
+}
+
+/// The tensor-core kernel (mmvq_mma.cu) for one segment without glu, `warps` warps a tile (4 or
+/// 8): every lane's fragments packed by the kernel's helpers, each mma.sync computed from the PTX
+/// fragment layout (mmvq_mma.cuh), the kernel's lane order, terms and folds.
+template <TensorType kType>
+bool emulate_mma(const uint8_t* w, int64_t k, int64_t m, const Q8KView& a, int n, float* y, int64_t ldy, int warps) {
+  using K = MmaK<kType>;
+  const int64_t nb = k / 256, row_bytes = nb * K::kBytes;
+  const int per_warp = 32 / warps;
+  const auto word8 = [](const void* p) {
+    uint2 v;
+    std::memcpy(&v, p, 8);
+    return v;
+  };
+  const auto byte_of = [](uint32_t v, int i) { return static_cast<int>(static_cast<int8_t>((v >> (8 * i)) & 0xFFu)); };
+  for (int64_t tile = 0; tile * 16 < m; ++tile) {
+    std::vector<float> part(static_cast<size_t>(warps) * 32 * 4);
+    for (int wp = 0; wp < warps; ++wp) {
+      std::vector<float> acc(static_cast<size_t>(per_warp) * 32 * 4, 0.0f);  // [leaf][lane][e]
+      for (int64_t base = 0; base < nb; base += 32)
+        for (int i = 0; i < per_warp; ++i) {
+          const int64_t t = base + bitrev5(per_warp * wp + i);
+          if (t >= nb) continue;
+          if constexpr (kType == TensorType::Q6_K) {
+            float term[32][4];
+            mma_q6_terms_emulated(w, row_bytes, m, tile, t, a, n, term);
+            for (int lane = 0; lane < 32; ++lane)
+              for (int e = 0; e < 4; ++e) {
+                float& v = acc[(static_cast<size_t>(i) * 32 + static_cast<size_t>(lane)) * 4 + static_cast<size_t>(e)];
+                v = fadd(v, term[lane][e]);
+              }
+          } else {
+            MmaRowRaw rows[32][2];
+            uint2 act[32][8];
+            for (int lane = 0; lane < 32; ++lane) {
+              const int g = lane >> 2, tq = lane & 3;
+              for (int r = 0; r < 2; ++r) {
+                int64_t row = tile * 16 + g + 8 * r;
+                if (row >= m) row = 0;  // the kernel's stand-in row (computed, never stored)
+                const uint8_t* blk = w + row * row_bytes + t * K::kBytes;
+                MmaRowRaw& rr = rows[lane][r];
+                std::memcpy(&rr.hd, blk, 16);
+                for (int q = 0; q < 4; ++q) rr.qs[q] = word8(blk + K::kQsOff + 32 * q + 8 * tq);
+                rr.qh = kType == TensorType::Q5_K ? word8(blk + 16 + 8 * tq) : uint2{0u, 0u};
+              }
+              for (int j = 0; j < 8; ++j)
+                act[lane][j] = g < n ? word8(a.qs + g * a.k + t * 256 + 8 * tq + 32 * j) : uint2{0u, 0u};
+            }
+            int isum[32][4] = {};
+            for (int j = 0; j < 8; ++j) {
+              uint32_t A[32][4], B[32][2];
+              for (int lane = 0; lane < 32; ++lane) {
+                const uint2 w0 = mma_a_words<kType>(rows[lane][0], j >> 1, j & 1);
+                const uint2 w1 = mma_a_words<kType>(rows[lane][1], j >> 1, j & 1);
+                A[lane][0] = w0.x;
+                A[lane][1] = w1.x;
+                A[lane][2] = w0.y;
+                A[lane][3] = w1.y;
+                B[lane][0] = act[lane][j].x;
+                B[lane][1] = act[lane][j].y;
+              }
+              for (int lane = 0; lane < 32; ++lane)
+                for (int e = 0; e < 4; ++e) {
+                  const int row = (lane >> 2) + 8 * (e >> 1), col = 2 * (lane & 3) + (e & 1);
+                  int c = 0;
+                  for (int kk = 0; kk < 32; ++kk) {
+                    const int la = (row % 8) * 4 + (kk % 16) / 4, ra = (row >= 8 ? 1 : 0) + (kk >= 16 ? 2 : 0);
+                    const int lb = col * 4 + (kk % 16) / 4, rb = kk >= 16 ? 1 : 0;
+                    c += byte_of(A[la][ra], kk % 4) * byte_of(B[lb][rb], kk % 4);
+                  }
+                  isum[lane][e] += static_cast<int>(mma_scale_min(rows[lane][e >> 1].hd, j).x) * c;
+                }
+            }
+            for (int lane = 0; lane < 32; ++lane)
+              for (int cc = 0; cc < 2; ++cc) {
+                const int col = 2 * (lane & 3) + cc;
+                int bsum[8] = {};
+                float da = 0.0f;
+                if (col < n) {
+                  const int16_t* bs = a.bsums + (col * a.nb + t) * 16;
+                  for (int j = 0; j < 8; ++j) bsum[j] = bs[2 * j] + bs[2 * j + 1];
+                  da = a.d[col * a.nb + t];
+                }
+                for (int h = 0; h < 2; ++h) {
+                  const int e = 2 * h + cc;
+                  float& v = acc[(static_cast<size_t>(i) * 32 + static_cast<size_t>(lane)) * 4 + static_cast<size_t>(e)];
+                  v = fadd(v, mma_term(rows[lane][h].hd, isum[lane][e], bsum, da));
+                }
+              }
+          }
+        }
+      for (int lane = 0; lane < 32; ++lane)
+        for (int e = 0; e < 4; ++e) {
+          float leaf[8];
+          for (int i = 0; i < per_warp; ++i) leaf[i] = acc[(static_cast<size_t>(i) * 32 + static_cast<size_t>(lane)) * 4 + static_cast<size_t>(e)];
+          part[(static_cast<size_t>(wp) * 32 + static_cast<size_t>(lane)) * 4 + static_cast<size_t>(e)] =
+              per_warp == 4 ? tree_fold<4>(leaf) : tree_fold<8>(leaf);
+        }
+    }
+    for (int lane = 0; lane < 32; ++lane)
+      for (int e = 0; e < 4; ++e) {
+        float wv[8];
+        for (int wp = 0; wp < warps; ++wp) wv[wp] = part[(static_cast<size_t>(wp) * 32 + static_cast<size_t>(lane)) * 4 + static_cast<size_t>(e)];
+        const float v = warps == 8 ? tree_fold<8>(wv) : tree_fold<4>(wv);
+        const int64_t row = tile * 16 + (lane >> 2) + 8 * (e >> 1);
+        const int col = 2 * (lane & 3) + (e & 1);
+        if (row < m && col < n) y[row + col * ldy] = v;
+      }
+  }
+  return true;
+}
+
+/// For 2..8 token columns and 16-byte aligned weights (where the device takes mmvq_mma_kernel),
+/// the tensor-core kernel's emulation with 8 and with 4 warps a tile, which must give the same
+/// bits as the other kernels' (y), else false.
+template <TensorType kType>
+bool check_mma(const uint8_t* w, int64_t k, int64_t m, const Q8KView& a, int n, const float* y, int64_t ldy) {
+  const uintptr_t align = kType == TensorType::Q6_K ? 2u : 16u;  // where the device takes the kernel
+  if (n < 2 || (reinterpret_cast<uintptr_t>(w) & (align - 1)) != 0) return true;
+  for (const int warps : {8, 4}) {
+    std::vector<float> y2(static_cast<size_t>(ldy * n), 0.0f);
+    if (!emulate_mma<kType>(w, k, m, a, n, y2.data(), ldy, warps) || !same_bits(y, y2.data(), m, n, ldy)) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 bool host_activations_from_blocks(TensorType type, const void* blocks, int64_t k, int64_t n,
@@ -405,13 +585,14 @@ bool emulate_mmvq(TensorType type, const void* w, int64_t k, int64_t m, const vo
       case TensorType::Q4_K:
         return (aligned16 ? emulate_kquant_direct<TensorType::Q4_K>(wb, k, m, a, nn, y, ldy)
                           : emulate_kquant<TensorType::Q4_K>(wb, k, m, a, nn, y, ldy)) &&
-               check_lane<TensorType::Q4_K>(wb, k, m, a, nn, y);
+               check_lane<TensorType::Q4_K>(wb, k, m, a, nn, y) && check_mma<TensorType::Q4_K>(wb, k, m, a, nn, y, ldy);
       case TensorType::Q5_K:
         return (aligned16 ? emulate_kquant_direct<TensorType::Q5_K>(wb, k, m, a, nn, y, ldy)
                           : emulate_kquant<TensorType::Q5_K>(wb, k, m, a, nn, y, ldy)) &&
-               check_lane<TensorType::Q5_K>(wb, k, m, a, nn, y);
+               check_lane<TensorType::Q5_K>(wb, k, m, a, nn, y) && check_mma<TensorType::Q5_K>(wb, k, m, a, nn, y, ldy);
       case TensorType::Q6_K:
-        return emulate_q6k(wb, k, m, a, nn, y, ldy) && check_lane<TensorType::Q6_K>(wb, k, m, a, nn, y);
+        return emulate_q6k(wb, k, m, a, nn, y, ldy) && check_lane<TensorType::Q6_K>(wb, k, m, a, nn, y) &&
+               check_mma<TensorType::Q6_K>(wb, k, m, a, nn, y, ldy);
       default: return false;
     }
   }
