@@ -3,10 +3,12 @@
 // mismatched vocabularies are refused, a context that fills mid-speculation ends cleanly, and
 // the run/chat options parse.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -409,6 +411,9 @@ TEST(SpeculativeCli, OptionsParseInBothSpellingsAndBadValuesAreOneLineErrors) {
 TEST(SpeculativeCli, ServeRefusesBadDraftAndLookupValuesInOneLine) {
   const std::string bin = test::minfer_bin();
   const std::string model = test::repo_demo_model();
+  const std::filesystem::path fifo = test::temp_dir() / "draft.fifo";
+  std::filesystem::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   if (test::run_shell(bin + " serve -m /nonexistent.gguf --port 0 2>&1").out.find("built without the server") !=
       std::string::npos)
     GTEST_SKIP() << "minfer was built without the server";
@@ -417,6 +422,7 @@ TEST(SpeculativeCli, ServeRefusesBadDraftAndLookupValuesInOneLine) {
   };
   const Bad bad[] = {
       {" -md /nonexistent-draft.gguf", "/nonexistent-draft.gguf: cannot open the draft model (-md)"},
+      {" -md " + fifo.string(), fifo.string() + ": the draft model (-md) is not a regular file"},  // never waited on
       {" -md " + model + " --lookup 3", "-md/--model-draft and prompt lookup (--lookup, --spec-type ngram-simple) exclude each other"},
       {" -md " + model + " --spec-draft-p-min 2", "--spec-draft-p-min '2' is not a probability"},
       {" --lookup 0", "--lookup 0 is out of range"},

@@ -126,7 +126,10 @@ void Scheduler::finish(Slot& s, FinishReason reason, const std::string& error) {
 }
 
 int32_t Scheduler::draft_min_of(const Slot& s) const {
-  return s.req->draft_min >= 0 ? s.req->draft_min : cfg_.draft_min;
+  // A request's n_min above its n_max (either set by the request, the other by the server) is
+  // capped at it, as llama-server does, instead of turning drafting off.
+  const int32_t n_max = s.req->draft_max >= 0 ? s.req->draft_max : cfg_.draft_max;
+  return std::min(s.req->draft_min >= 0 ? s.req->draft_min : cfg_.draft_min, n_max);
 }
 
 int64_t Scheduler::draft_cap(const Slot& s, int64_t room) const {

@@ -796,6 +796,14 @@ TEST(ServerScheduler, RequestSpeculationSettingsOverrideTheServers) {
   EXPECT_EQ(two.max_slot_tokens, 3);
   EXPECT_EQ(with(-1, -1.0f, true).drafted, 0);  // the server's 0.75
   EXPECT_GT(with(-1, 0.4f, true).drafted, 0);
+  // n_min above the n_max in force (the server's 4) is capped at it: full drafts are still sent.
+  auto rec = std::make_shared<Recorded>();
+  FakeModel m, draft_m;
+  auto r = greedy_request(prompt, 12, rec);
+  r->draft_min = 20;
+  const LookupRun capped = run_one(m, draft_config(1, 64, 4), r, rec, &draft_m);
+  EXPECT_EQ(capped.drafted, with(-1, -1.0f, false).drafted);  // as without n_min: 1 + 5 + 5 + 1 tokens
+  EXPECT_EQ(capped.drafted, 8);
 }
 
 TEST(ServerScheduler, DraftModelSettingsOutOfRangeAreRefused) {

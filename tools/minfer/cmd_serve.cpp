@@ -156,7 +156,7 @@ void serve(const ServeArgs& a) {
   sigwait(&sigs, &sig);
   // Drain: new requests get 503, running ones finish (bounded by --timeout), then the listener
   // stops and the process exits 0.
-  log_info("serve: signal {}: finishing {} running request(s)", sig, http.in_flight());
+  log_info("serve: signal {}: finishing {} request(s) in flight (running or queued)", sig, http.in_flight());
   sched.set_draining();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(a.timeout);
   const auto drained = [&] { return sched.idle() && http.in_flight() == 0; };

@@ -1,5 +1,9 @@
 #include "options.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
@@ -371,10 +375,14 @@ SpeculativeParams SpeculativeArgs::params(bool* enabled) const {
     fail("-md/--model-draft and prompt lookup (--lookup, --spec-type ngram-simple) exclude each other");
   if (!device.empty()) parse_device(device);
   if (!draft_model.empty()) {
-    // Before any model loads, so that a wrong path is the only line printed.
-    std::FILE* f = std::fopen(draft_model.c_str(), "rb");
-    if (f == nullptr) fail("{}: cannot open the draft model (-md): {}", printable(draft_model), std::strerror(errno));
-    std::fclose(f);
+    // Before any model loads, so that a wrong path is the only line printed. Non-blocking: a FIFO
+    // must be refused, not waited on.
+    const int fd = ::open(draft_model.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) fail("{}: cannot open the draft model (-md): {}", printable(draft_model), std::strerror(errno));
+    struct stat st {};
+    const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    ::close(fd);
+    if (!regular) fail("{}: the draft model (-md) is not a regular file", printable(draft_model));
   }
   validate(p);
   *enabled = !draft_model.empty() || p.lookup_n > 0;
