@@ -511,6 +511,99 @@ TEST_P(CudaMmvqLaneMixed, two_types_in_one_grid_give_the_bits_of_one_launch_per_
   }
 }
 
+// The tensor-core MMVQ for 2..8 columns (mmvq_mma.cu, MINFER_CUDA_MMVQ_MMA=1, 2, 3) gives the
+// bits of the dp4a kernels (=0), themselves checked against the CPU by CudaMatmul: 3, 14, 37 and
+// 74 super-blocks (lanes that wrap), three segments of one launch whose rows do not fill the last
+// 16-row tile (bias on the first, residual on the second), the SwiGLU launch with a residual,
+// n = 2, 3, 5 and 8, and for Q6_K weights that are only 2-byte aligned. That the tensor-core
+// kernel really ran is checked by failing its SwiGLU launch site.
+class CudaMmvqMma : public test::CudaStreamTest<TensorType> {};
+
+TEST_P(CudaMmvqMma, tensor_cores_give_the_bits_of_the_dp4a_kernels) {
+  const TensorType type = GetParam();
+  const int64_t m0 = 16 * 5 + 3, m1 = 20, m2 = 7;
+  const size_t w_off = type == TensorType::Q6_K ? 2 : 0;
+  for (const int64_t nb : {3, 14, 37, 74})
+    for (const int64_t n : {2, 3, 5, 8}) {
+      const int64_t k = 256 * nb;
+      SCOPED_TRACE(std::string(type_name(type)) + " k " + std::to_string(k) + " n " + std::to_string(n));
+      const auto x = test::random_acts(k, n, 700 + static_cast<uint32_t>(n));
+      const auto w0 = test::random_weights(type, m0, k, 701), w1 = test::random_weights(type, m1, k, 702),
+                 w2 = test::random_weights(type, m2, k, 703), wu = test::random_weights(type, m0, k, 704);
+      std::vector<float> bias(static_cast<size_t>(m0)), res(static_cast<size_t>(m0 * n));
+      for (int64_t j = 0; j < m0; ++j) bias[static_cast<size_t>(j)] = 0.25f * static_cast<float>(j % 7) - 0.5f;
+      for (size_t j = 0; j < res.size(); ++j) res[j] = 1.5f - 0.125f * static_cast<float>(j % 11);
+      DeviceBuffer dx(x.size() * 4), dw0(w0.size(), w_off), dw1(w1.size(), w_off), dw2(w2.size(), w_off),
+          dwu(wu.size(), w_off), dbias(bias.size() * 4), dres(res.size() * 4);
+      dx.upload(x.data(), x.size() * 4);
+      dw0.upload(w0.data(), w0.size());
+      dw1.upload(w1.data(), w1.size());
+      dw2.upload(w2.data(), w2.size());
+      dwu.upload(wu.data(), wu.size());
+      dbias.upload(bias.data(), bias.size() * 4);
+      dres.upload(res.data(), res.size() * 4);
+      DeviceBuffer dq(std::max<size_t>(cuda::quantized_activation_bytes(type, k, n), 16));
+      ASSERT_TRUE(cuda::quantize_activations(type, dx.as<float>(), k, n, dq.get(), stream_));
+      const int64_t ms[4] = {m0, m1, m2, m0};
+      std::vector<std::vector<float>> want;
+      for (const char* mode : {"0", "1", "2", "3"}) {
+        SCOPED_TRACE(std::string("MINFER_CUDA_MMVQ_MMA=") + mode);
+        test::ScopedEnv gate("MINFER_CUDA_MMVQ_MMA", mode);
+        auto out = [n](int64_t m) { return DeviceBuffer(static_cast<size_t>((m + kPad) * n) * 4); };
+        DeviceBuffer dy[4] = {out(m0), out(m1), out(m2), out(m0)};
+        for (auto& d : dy) d.fill(0xFF);
+        cuda::MatmulOut o[3];
+        const void* ws[3] = {dw0.get(), dw1.get(), dw2.get()};
+        for (int i = 0; i < 3; ++i) {
+          o[i].w = ws[i];
+          o[i].m = ms[i];
+          o[i].y = dy[i].as<float>();
+          o[i].ldy = ms[i] + kPad;
+        }
+        o[0].bias = dbias.as<float>();
+        o[1].residual = dres.as<float>();
+        o[1].ldr = m1;
+        cuda::clear_launch_failure();
+        ASSERT_TRUE(cuda::matmul_fused(type, k, o, 3, dq.get(), static_cast<int>(n), stream_));
+        ASSERT_TRUE(cuda::matmul_swiglu(type, k, m0, dw0.get(), dwu.get(), dq.get(), static_cast<int>(n),
+                                        dy[3].as<float>(), m0 + kPad, dres.as<float>(), m0, stream_));
+        ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+        std::vector<std::vector<float>> got(4);
+        for (int i = 0; i < 4; ++i) {
+          got[static_cast<size_t>(i)].resize(static_cast<size_t>((ms[i] + kPad) * n));
+          dy[i].download(got[static_cast<size_t>(i)].data(), got[static_cast<size_t>(i)].size() * 4);
+        }
+        if (want.empty()) {  // the dp4a kernels are the reference
+          for (int i = 0; i < 4; ++i) {
+            std::vector<float>& wv = want.emplace_back(static_cast<size_t>(ms[i] * n));
+            for (int64_t t = 0; t < n; ++t)
+              for (int64_t j = 0; j < ms[i]; ++j)
+                wv[static_cast<size_t>(j + t * ms[i])] = got[static_cast<size_t>(i)][static_cast<size_t>(j + t * (ms[i] + kPad))];
+          }
+          continue;
+        }
+        const char* what[4] = {"segment 0 (bias)", "segment 1 (residual)", "segment 2", "SwiGLU + residual"};
+        for (int i = 0; i < 4; ++i)
+          EXPECT_TRUE(outputs_equal(got[static_cast<size_t>(i)], want[static_cast<size_t>(i)], ms[i], n)) << what[i];
+        // The SwiGLU launch ran on the tensor-core kernel: failing its launch site fails the call.
+        const std::string site = "mmvq_mma_glu_" + std::string(type_name(type)) + "_n" + std::to_string(n);
+        test::ScopedEnv inject("MINFER_CUDA_FAIL_LAUNCH", site.c_str());
+        cuda::clear_launch_failure();
+        EXPECT_FALSE(cuda::matmul_swiglu(type, k, m0, dw0.get(), dwu.get(), dq.get(), static_cast<int>(n),
+                                         dy[3].as<float>(), m0 + kPad, dres.as<float>(), m0, stream_));
+        const cuda::LaunchFailure* f = cuda::launch_failure();
+        ASSERT_NE(f, nullptr) << "no launch failure recorded: the SwiGLU launch was not " << site;
+        EXPECT_EQ(std::string(f->site), site);
+        cuda::clear_launch_failure();
+        ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+      }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(KQuantTypes, CudaMmvqMma,
+                         ::testing::Values(TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K),
+                         test::type_param_name);
+
 INSTANTIATE_TEST_SUITE_P(KQuantPairs, CudaMmvqLaneMixed,
                          ::testing::Values(MixedPair{TensorType::Q4_K, TensorType::Q6_K},
                                            MixedPair{TensorType::Q5_K, TensorType::Q6_K},

@@ -144,7 +144,7 @@ bool launch_lane(TensorType type, const mm::MmvqBatch& b, const mm::Q8KView& act
 
 /// The K-quant MMVQ: for one token column the one-super-block-per-lane kernel (mmvq_lane.cu) where
 /// it applies (MINFER_CUDA_MMVQ_LANE=0: never); for 2..8 columns the tensor-core
-/// kernel (mmvq_mma.cu; MINFER_CUDA_MMVQ_MMA=0: never); else the direct-load
+/// kernel (mmvq_mma.cu) when MINFER_CUDA_MMVQ_MMA is 1..3 (default 0: not yet run on a device); else the direct-load
 /// kernels where they apply (Q4_K/Q5_K with 16-byte aligned weights, mmvq_kquants_direct.cu; Q6_K
 /// rows of up to 4096 elements, mmvq_q6k_direct.cu), else the shared-memory staged one.
 /// MINFER_CUDA_MMVQ_STAGED=1 forces the staged kernel for all three types; MINFER_CUDA_MMVQ_Q6K=0
@@ -157,7 +157,9 @@ bool launch_kquant(TensorType type, const mm::MmvqBatch& b, const mm::Q8KView& a
       ok = launch_lane(type, b, acts, nullptr, stream, &launched);
       if (launched) return ok;
     }
-    if (const int64_t mma = env_int("MINFER_CUDA_MMVQ_MMA", 1); b.n >= 2 && mma != 0) {
+    // Off by default until its first device run (tests CudaMmvqMma): the bits are checked on the
+    // host only (CudaMmvqEmulated), the speed not at all.
+    if (const int64_t mma = env_int("MINFER_CUDA_MMVQ_MMA", 0); b.n >= 2 && mma != 0) {
       ok = mm::launch_mmvq_kquant_mma(type, b, acts, stream, static_cast<int>(mma), &launched);
       if (launched) return ok;
     }
