@@ -249,6 +249,7 @@ GenerationRequest parse_generation_request(std::string_view body, bool chat) {
   if (const json* v = field(j, "speculative.p_min")) r.spec_p_min = static_cast<float>(number_in(*v, "speculative.p_min", 0.0, 1.0));
   if (r.spec_n_max >= 0 && r.spec_n_min > r.spec_n_max)
     bad("speculative.n_min", fmt::format("'speculative.n_min' {} is larger than 'speculative.n_max' {}", r.spec_n_min, r.spec_n_max));
+  if (const json* v = field(j, "ignore_eos")) r.ignore_eos = boolean(*v, "ignore_eos");
   if (const json* v = field(j, "stream")) r.stream = boolean(*v, "stream");
   if (const json* v = field(j, "stream_options")) {
     if (!v->is_object()) bad("stream_options", fmt::format("'stream_options' must be an object, not {}", kind(*v)));

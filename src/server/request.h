@@ -64,6 +64,9 @@ struct GenerationRequest {
   /// "speculative.p_min" (0..1, draft model only); -1: the server's --spec-draft-* setting.
   int32_t spec_n_max = -1, spec_n_min = -1;
   float spec_p_min = -1.0f;
+  /// llama-server's "ignore_eos": end-of-generation tokens are never sampled (their logits are
+  /// -inf), so the request runs to max_tokens or the slot's end (benchmarks send it).
+  bool ignore_eos = false;
 };
 
 /// Parses and validates a request body. Throws ApiError(400) naming the field and the value for

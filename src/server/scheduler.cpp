@@ -1,6 +1,7 @@
 #include "server/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 
 #include "core/error.h"
@@ -416,7 +417,13 @@ bool Scheduler::step(StepReport* report) {
     Slot& s = slots_[static_cast<size_t>(r.slot)];
     const size_t base = s.cached.size() - static_cast<size_t>(r.decode ? r.n : 0);
     for (int32_t i = 0; i < r.n; ++i) {
-      const std::span<const float> row = logits.subspan((first + static_cast<size_t>(i)) * nv, nv);
+      std::span<const float> row = logits.subspan((first + static_cast<size_t>(i)) * nv, nv);
+      if (!s.req->banned.empty()) {
+        s.row.assign(row.begin(), row.end());
+        for (const int32_t id : s.req->banned)
+          if (id >= 0 && static_cast<size_t>(id) < nv) s.row[static_cast<size_t>(id)] = -INFINITY;
+        row = s.row;
+      }
       const int32_t tok = s.sampler->sample(row, s.history);
       s.state = SlotState::Decode;
       ++s.generated;

@@ -92,6 +92,9 @@ struct Request {
   /// drafts. The output does not depend on them, only the steps it takes.
   int32_t draft_max = -1, draft_min = -1;
   float draft_p_min = -1.0f;
+  /// Token ids never sampled: their logits are -inf in the row the sampler (and on_token) sees
+  /// (ignore_eos bans the end-of-generation ids). Ids outside the vocabulary are skipped.
+  std::vector<int32_t> banned;
   /// Called with each sampled token and its logits row (n_vocab floats); Stop ends the request
   /// with FinishReason::Stop (the token was accepted and counts as generated).
   std::function<TokenAction(int32_t token, std::span<const float> logits)> on_token;
@@ -198,6 +201,7 @@ class Scheduler {
     int32_t next_token = -1;           ///< sampled, not yet in the KV (Decode)
     std::vector<int32_t> draft;        ///< tokens drafted after next_token in this step's batch
     std::vector<int32_t> draft_cached; ///< tokens the draft model's KV holds for the slot
+    std::vector<float> row;            ///< a logits row with the request's banned ids at -inf
     int32_t generated = 0;
     int32_t cached_prompt = 0;
     uint64_t last_used = 0;            ///< step counter of the last assignment (LRU)

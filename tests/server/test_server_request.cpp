@@ -139,6 +139,13 @@ TEST(ServerRequest, FieldOutOfRangeIs400NamingTheField) {
             "speculative.n_min");
 }
 
+// llama-server's ignore_eos: a boolean, off when absent.
+TEST(ServerRequest, IgnoreEosIsABoolean) {
+  EXPECT_FALSE(parse_generation_request(R"({"prompt":"x"})", false).ignore_eos);
+  EXPECT_TRUE(parse_generation_request(R"({"prompt":"x","ignore_eos":true})", false).ignore_eos);
+  EXPECT_EQ(error_of(R"({"prompt":"x","ignore_eos":1})", false).second, "ignore_eos");
+}
+
 // llama-server's per-request speculation fields (flat keys with a dot); absent: -1 (the server's).
 TEST(ServerRequest, SpeculativeFieldsAreReadWhereGiven) {
   GenerationRequest r = parse_generation_request(R"({"prompt":"x","speculative.n_max":0,"speculative.p_min":0.5})", false);

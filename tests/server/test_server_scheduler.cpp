@@ -3,6 +3,7 @@
 // lookup and draft-model speculation.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 #include <map>
 
@@ -804,6 +805,36 @@ TEST(ServerScheduler, RequestSpeculationSettingsOverrideTheServers) {
   const LookupRun capped = run_one(m, draft_config(1, 64, 4), r, rec, &draft_m);
   EXPECT_EQ(capped.drafted, with(-1, -1.0f, false).drafted);  // as without n_min: 1 + 5 + 5 + 1 tokens
   EXPECT_EQ(capped.drafted, 8);
+}
+
+// Banned ids (ignore_eos) are never sampled, greedy or seeded, and the row on_token sees has them
+// at -inf; with drafts the output is still that of decoding without them.
+TEST(ServerScheduler, BannedTokensAreNeverSampled) {
+  for (const bool drafts : {false, true})
+    for (const uint64_t seed : {0u, 3u}) {
+      auto rec = std::make_shared<Recorded>();
+      FakeModel m, draft_m;
+      m.second = seed != 0 ? 9.0f : 0.0f;
+      auto r = greedy_request({5}, 20, rec);
+      if (seed != 0) {
+        r->sampling.temp = 1.0f;
+        r->sampling.seed = seed;
+      }
+      r->banned = {6, 9, 1000};  // 1000: outside the vocabulary, skipped
+      bool saw_inf = false;
+      r->on_token = [rec, &saw_inf](int32_t t, std::span<const float> row) {
+        rec->tokens.push_back(t);
+        saw_inf = saw_inf || (std::isinf(row[6]) && row[6] < 0.0f && std::isinf(row[9]));
+        return TokenAction::Continue;
+      };
+      const LookupRun out = run_one(m, draft_config(1, 64, 4), r, rec, drafts ? &draft_m : nullptr);
+      ASSERT_EQ(out.tokens.size(), 20u);
+      for (const int32_t t : out.tokens) EXPECT_TRUE(t != 6 && t != 9) << "banned token " << t << " sampled";
+      EXPECT_TRUE(saw_inf);
+      if (seed == 0) {
+        EXPECT_EQ(out.tokens[0], 0);  // after 5 the model wants 6: the best left is id 0 (ties go to the lowest)
+      }
+    }
 }
 
 TEST(ServerScheduler, DraftModelSettingsOutOfRangeAreRefused) {

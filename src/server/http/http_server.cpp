@@ -184,6 +184,7 @@ void HttpServer::Impl::generation(const httplib::Request& hreq, httplib::Respons
   r->draft_max = g.spec_n_max;
   r->draft_min = g.spec_n_min;
   r->draft_p_min = g.spec_p_min;
+  if (g.ignore_eos) r->banned = tk.eog_ids();
   auto ch = std::make_shared<Channel>();
   auto text = std::make_shared<TextStream>(tk, g.stop);
   const bool want_lp = g.logprobs;
