@@ -79,22 +79,6 @@ struct MmqSmem {
   static constexpr size_t total = a16(wmins + (K ? BM * 8 : 0));
 };
 
-/// c = A (16 x 32, row) * B (32 x 8, col), int8 in, exact int32 out (accumulator input 0).
-__device__ __forceinline__ void mma_k32(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%10, %10, %10, %10};\n"
-      : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
-}
-
-/// c = A (16 x 16) * B (16 x 8), int8 in, exact int32 out.
-__device__ __forceinline__ void mma_k16(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
-  asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
-      "{%7, %7, %7, %7};\n"
-      : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
-      : "r"(a0), "r"(a1), "r"(b0), "r"(0));
-}
-
 // ---- stage copy (cp.async) ---------------------------------------------------------------------
 
 /// Queues the copies of stage s into the single weight stage buffer and activation buffer `buf`.
