@@ -126,18 +126,21 @@ void Scheduler::finish(Slot& s, FinishReason reason, const std::string& error) {
   if (req->on_done) req->on_done(info);
 }
 
+int32_t Scheduler::draft_max_of(const Slot& s) const {
+  return s.req->draft_max >= 0 ? s.req->draft_max : cfg_.draft_max;
+}
+
 int32_t Scheduler::draft_min_of(const Slot& s) const {
   // A request's n_min above its n_max (either set by the request, the other by the server) is
   // capped at it, as llama-server does, instead of turning drafting off.
-  const int32_t n_max = s.req->draft_max >= 0 ? s.req->draft_max : cfg_.draft_max;
-  return std::min(s.req->draft_min >= 0 ? s.req->draft_min : cfg_.draft_min, n_max);
+  return std::min(s.req->draft_min >= 0 ? s.req->draft_min : cfg_.draft_min, draft_max_of(s));
 }
 
 int64_t Scheduler::draft_cap(const Slot& s, int64_t room) const {
   // Row i of the slot's verify predicts position base + i + 1; the drafts fill positions
   // base + 1 .. base + k, which must be cells of the slot; each row emits at most one token.
   const auto base = static_cast<int64_t>(s.cached.size());
-  int64_t k = std::min<int64_t>(s.req->draft_max >= 0 ? s.req->draft_max : cfg_.draft_max, room);
+  int64_t k = std::min<int64_t>(draft_max_of(s), room);
   k = std::min<int64_t>(k, cfg_.slot_ctx - 1 - base);
   if (s.req->max_tokens >= 0) k = std::min<int64_t>(k, s.req->max_tokens - s.generated - 1);
   return std::max<int64_t>(k, 0);

@@ -221,8 +221,10 @@ class Scheduler {
   /// Most tokens slot `s` may draft this step: draft_max, capped by `room`, the slot's cells and
   /// its max_tokens (each verify row emits at most one token).
   int64_t draft_cap(const Slot& s, int64_t room) const;
+  /// Slot `s`'s request's draft_max, else the config's.
+  int32_t draft_max_of(const Slot& s) const;
   /// The fewest drafts slot `s`'s request keeps (its draft_min, else the config's), at most its
-  /// draft_max.
+  /// draft_max_of.
   int32_t draft_min_of(const Slot& s) const;
   /// Fills the drafts of the decoding slots with cap[i] > 0 from the draft model: brings each
   /// slot's draft KV to its cached tokens plus next_token (at most `chunk` catch-up tokens a step,

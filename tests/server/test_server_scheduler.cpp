@@ -693,7 +693,6 @@ TEST(ServerScheduler, DraftModelStopsBelowPMinAndDropsShortProposals) {
   }
   auto rec = std::make_shared<Recorded>();
   FakeModel m, draft_m;
-  draft_m.rule = [](int32_t t) { return (t + 1) % kVocab; };
   SchedulerConfig c = draft_config(1, 64, 4);
   c.draft_min = 4;  // max_tokens 6 leaves caps of 4 then 0: the second step's proposals are too short
   const LookupRun r = run_one(m, c, greedy_request(prompt, 6, rec), rec, &draft_m);
@@ -713,13 +712,32 @@ TEST(ServerScheduler, DraftCatchUpIsChunkedAndOtherSlotsKeepDrafting) {
   std::vector<int32_t> long_prompt;
   for (int i = 0; i < 70; ++i) long_prompt.push_back(i % 50);
   ASSERT_TRUE(s.submit(greedy_request(long_prompt, 12, b)));
-  int steps_without = 0;
+  // Steps in which slot 1 decodes while its draft KV does not yet hold its prompt send no drafts
+  // of slot 1 (one token of sequence 1 in the target's batch); once caught up it drafts.
+  int steps_without = 0, slot1_drafting_steps = 0;
   for (int i = 0; i < 200 && !s.idle(); ++i) {
-    StepReport rep;
-    s.step(&rep);
-    if (rep.decode_tokens == 2 && rep.draft_tokens <= 3) ++steps_without;  // only slot 0 drafted
+    const bool caught_up = draft_m.held[1].size() >= long_prompt.size();
+    const size_t batches_before = m.batches.size();
+    s.step();
+    if (m.batches.size() == batches_before) continue;
+    const Batch& bt = m.batches.back();
+    int seq1 = 0;
+    bool seq1_prompt = false;
+    for (size_t j = 0; j < bt.tokens.size(); ++j)
+      if (bt.seq_ids[j] == 1) {
+        ++seq1;
+        seq1_prompt = seq1_prompt || static_cast<size_t>(bt.positions[j]) < long_prompt.size();
+      }
+    if (seq1 == 0 || seq1_prompt) continue;  // slot 1 not decoding in this step
+    if (!caught_up) {
+      EXPECT_EQ(seq1, 1) << "step " << i << ": slot 1 drafted before its draft KV caught up";
+      ++steps_without;
+    } else if (seq1 > 1) {
+      ++slot1_drafting_steps;
+    }
   }
   ASSERT_TRUE(s.idle());
+  EXPECT_GT(slot1_drafting_steps, 0);
   for (const Batch& bt : draft_m.batches) EXPECT_LE(bt.tokens.size(), 16u);
   EXPECT_EQ(a->tokens.size(), 40u);
   EXPECT_EQ(b->tokens.size(), 12u);

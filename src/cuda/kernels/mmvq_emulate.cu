@@ -460,7 +460,7 @@ bool emulate_mma(const uint8_t* w, int64_t k, int64_t m, const Q8KView& a, int n
                     const int lb = col * 4 + (kk % 16) / 4, rb = kk >= 16 ? 1 : 0;
                     c += byte_of(A[la][ra], kk % 4) * byte_of(B[lb][rb], kk % 4);
                   }
-                  isum[lane][e] += static_cast<int>(mma_scale_min(rows[lane][e >> 1].hd, j).x) * c;
+                  isum[lane][e] += mma_scales(rows[lane][e >> 1].hd).sc[j] * c;
                 }
             }
             for (int lane = 0; lane < 32; ++lane)
@@ -476,7 +476,7 @@ bool emulate_mma(const uint8_t* w, int64_t k, int64_t m, const Q8KView& a, int n
                 for (int h = 0; h < 2; ++h) {
                   const int e = 2 * h + cc;
                   float& v = acc[(static_cast<size_t>(i) * 32 + static_cast<size_t>(lane)) * 4 + static_cast<size_t>(e)];
-                  v = fadd(v, mma_term(rows[lane][h].hd, isum[lane][e], bsum, da));
+                  v = fadd(v, mma_term(rows[lane][h].hd, mma_scales(rows[lane][h].hd), isum[lane][e], bsum, da));
                 }
               }
           }

@@ -132,6 +132,7 @@ __device__ __forceinline__ void sb_terms_q45(const uint8_t* const (&w)[2], int64
 #pragma unroll
     for (int j = 0; j < 8; ++j) a[j] = ldg(reinterpret_cast<const uint2*>(aq + 32 * j));
   }
+  const MmaScales scales[2] = {mma_scales(row[0].hd), mma_scales(row[1].hd)};
   int isum[4] = {0, 0, 0, 0};
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
@@ -140,7 +141,7 @@ __device__ __forceinline__ void sb_terms_q45(const uint8_t* const (&w)[2], int64
     int c[4];
     mma_k32(c, av, a[j].x, a[j].y);
 #pragma unroll
-    for (int e = 0; e < 4; ++e) isum[e] += static_cast<int>(mma_scale_min(row[e >> 1].hd, j).x) * c[e];
+    for (int e = 0; e < 4; ++e) isum[e] += scales[e >> 1].sc[j] * c[e];
   }
 #pragma unroll
   for (int cc = 0; cc < 2; ++cc) {
@@ -157,7 +158,7 @@ __device__ __forceinline__ void sb_terms_q45(const uint8_t* const (&w)[2], int64
       da = __ldg(acts.d + col * acts.nb + t);
     }
 #pragma unroll
-    for (int h = 0; h < 2; ++h) term[2 * h + cc] = mma_term(row[h].hd, isum[2 * h + cc], bsum, da);
+    for (int h = 0; h < 2; ++h) term[2 * h + cc] = mma_term(row[h].hd, scales[h], isum[2 * h + cc], bsum, da);
   }
 }
 

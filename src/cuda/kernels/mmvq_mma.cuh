@@ -61,21 +61,33 @@ MM_HD uint2 mma_a_words(const MmaRowRaw& r, int q, int hi) {
   return make_uint2(x, y);
 }
 
-/// The 6-bit scale (.x) and min (.y) of sub-block j of a row from its header.
-MM_HD uint2 mma_scale_min(const uint4& hd, int j) {
-  uint32_t sc, mn;
-  k4_quarter_scales(j >> 1, hd.y, hd.z, hd.w, &sc, &mn);
-  const int sh = 8 * (j & 1);
-  return make_uint2((sc >> sh) & 0xFFu, (mn >> sh) & 0xFFu);
+/// The 6-bit scales and mins of a row's 8 sub-blocks, decoded once per super-block from its header.
+struct MmaScales {
+  int sc[8];
+  int mn[8];
+};
+
+MM_HD MmaScales mma_scales(const uint4& hd) {
+  MmaScales s;
+MM_UNROLL
+  for (int q = 0; q < 4; ++q) {  // k4_quarter_scales: sub-blocks 2q (bits 0..7) and 2q + 1 (8..15)
+    uint32_t sc, mn;
+    k4_quarter_scales(q, hd.y, hd.z, hd.w, &sc, &mn);
+    s.sc[2 * q] = static_cast<int>(sc & 0xFFu);
+    s.sc[2 * q + 1] = static_cast<int>(sc >> 8);
+    s.mn[2 * q] = static_cast<int>(mn & 0xFFu);
+    s.mn[2 * q + 1] = static_cast<int>(mn >> 8);
+  }
+  return s;
 }
 
-/// The term of one output from its row's header, the exact isum = sum_j sc_j s_j, the column's
-/// sub-block sums bsum[j] (= bsums[2j] + bsums[2j + 1] of the super-block; msum = sum_j m_j
-/// bsum[j]) and its scale da: kquarter_term's formula.
-MM_HD float mma_term(const uint4& hd, int isum, const int (&bsum)[8], float da) {
+/// The term of one output from its row's header and scales, the exact isum = sum_j sc_j s_j, the
+/// column's sub-block sums bsum[j] (= bsums[2j] + bsums[2j + 1] of the super-block; msum =
+/// sum_j m_j bsum[j]) and its scale da: kquarter_term's formula.
+MM_HD float mma_term(const uint4& hd, const MmaScales& s, int isum, const int (&bsum)[8], float da) {
   int msum = 0;
 MM_UNROLL
-  for (int j = 0; j < 8; ++j) msum += static_cast<int>(mma_scale_min(hd, j).y) * bsum[j];
+  for (int j = 0; j < 8; ++j) msum += s.mn[j] * bsum[j];
   return kquarter_term(hd.x, da, isum, msum);
 }
 
