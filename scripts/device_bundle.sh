@@ -16,8 +16,9 @@
 #
 #   scripts/device_bundle.sh                 # archs from MINFER_CUDA_ARCHS (default 90a-real)
 #   MINFER_CUDA_ARCHS="80;89;90a;120" scripts/device_bundle.sh
-#   BUNDLE_SMALL=1 scripts/device_bundle.sh  # symbol tables stripped too, no tracer and no CUPTI
-#                                            # (about 1.4 MB less packed, backtraces unnamed)
+#   BUNDLE_SMALL=1 scripts/device_bundle.sh  # symbol tables stripped too, no tracer and no CUPTI,
+#                                            # no OpenSSL or zlib (the device's own load; about
+#                                            # 3 MB less packed, backtraces unnamed)
 # At the end it prints the size the device tool would carry (tracked files + .device.tar.xz +
 # .carry/) against its 64 MiB limit (scripts/carry_size.sh).
 set -euo pipefail
@@ -55,6 +56,10 @@ fi
 # Libraries the device has in a newer, compatible version (glibc, the C++ runtime) stay out:
 # a carried older copy would shadow them. Everything else ldd resolves is carried.
 base='^(linux-vdso|ld-linux|libc\.so|libm\.so|libstdc\+\+\.so|libgcc_s\.so|libpthread\.so|libdl\.so|librt\.so)'
+# A small bundle also leaves out OpenSSL and zlib (2.3 MB of 16): the device image's Python has
+# them (its ssl module and zlib load libssl.so.3, libcrypto.so.3 and libz.so.1), and OpenSSL 3
+# keeps one ABI across its 3.x releases.
+[[ $small == 1 ]] && base="${base%)}|libssl\.so|libcrypto\.so|libz\.so)"
 for bin in "${bins[@]}"; do
   ldd "$bin" | awk '/=>/ {print $1, $3}' | while read -r name path; do
     [[ "$name" =~ $base ]] && continue
