@@ -409,6 +409,87 @@ TEST_P(SynthForward, tiny_preset_runs_with_spread_logits_and_a_varied_greedy_con
 
 INSTANTIATE_TEST_SUITE_P(Arch, SynthForward, ::testing::Values("qwen2", "qwen3"));
 
+/// True when every byte is printable ASCII, '\n' or '\t'.
+bool printable_ascii(std::string_view s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return (c >= ' ' && c <= '~') || c == '\n' || c == '\t'; });
+}
+
+/// --ascii-output on `arch` tiny with `vocab_file`: the flagged rows of the output matrix are zero
+/// bytes and the others are not, and a greedy continuation uses kept tokens only, whose text is
+/// printable ASCII (varied, when every row is distinct: with D distinct rows there are at most D
+/// distinct logits). Returns the flags.
+std::vector<bool> check_ascii_output(const std::string& arch, const std::string& vocab_file, bool add_bos,
+                                     int64_t distinct_rows) {
+  const ScratchDir scratch;
+  const auto out = scratch.path / "m.gguf";
+  SynthOptions o = options(arch, "tiny", "q8_0", out, /*seed=*/3, 2, test::shared_path(vocab_file).string());
+  o.ascii_output = true;
+  o.distinct_rows = distinct_rows;  // the zero rows are written after the copies of the distinct rows
+  synth_model(o);
+  const auto file = gguf::GgufFile::open(out.string());
+  const std::vector<bool> zero = synth_ascii_output_rows(tok::vocab_from_gguf(*file));
+  const gguf::TensorInfo* w = file->find_tensor("output.weight");
+  if (w == nullptr) w = file->find_tensor("token_embd.weight");  // tied
+  EXPECT_NE(w, nullptr);
+  if (w == nullptr) return zero;
+  EXPECT_EQ(static_cast<size_t>(w->n_rows()), zero.size());
+  const size_t rb = w->nbytes / static_cast<size_t>(w->n_rows());
+  int64_t zero_rows = 0;
+  for (size_t r = 0; r < zero.size(); ++r) {
+    const uint8_t* row = w->data + r * rb;
+    const bool all_zero = std::all_of(row, row + rb, [](uint8_t b) { return b == 0; });
+    EXPECT_EQ(all_zero, static_cast<bool>(zero[r])) << arch << " row " << r;
+    zero_rows += all_zero;
+  }
+  EXPECT_GT(zero_rows, 0);
+  EXPECT_LT(zero_rows, static_cast<int64_t>(zero.size()));
+
+  auto model = Model::load(out.string());
+  EngineConfig cfg;
+  cfg.n_threads = 2;
+  cfg.n_ctx = 64;
+  cfg.kv_type = TensorType::F32;
+  Engine engine(model, cfg);
+  double logit_std = 0;
+  const auto gen = greedy(engine, model->tokenizer()->encode("The quick brown fox", add_bos, false), 32, &logit_std);
+  for (int32_t t : gen) EXPECT_FALSE(zero[static_cast<size_t>(t)]) << arch << ": greedy chose zeroed token " << t;
+  const std::string text = model->tokenizer()->decode(gen);
+  EXPECT_TRUE(printable_ascii(text)) << arch << ": " << text;
+  if (distinct_rows == 0) {
+    EXPECT_GE(std::set<int32_t>(gen.begin(), gen.end()).size(), 12u) << arch << ": " << text;
+  }
+  return zero;
+}
+
+TEST(Synth, ascii_output_zeroes_the_rows_of_other_tokens_and_greedy_decoding_writes_ascii) {
+  MINFER_REQUIRE_SHARED(kVocab);
+  const tok::VocabData v = tok::vocab_from_gguf(*gguf::GgufFile::open(test::shared_path(kVocab).string()));
+  const tok::Tokenizer tk(v);
+  const auto id = [&](std::string_view text) { return static_cast<size_t>(*tk.find_token(text)); };
+  const std::vector<bool> zero = check_ascii_output("qwen2", kVocab, false, 0);
+  ASSERT_EQ(zero.size(), v.tokens.size());
+  // Byte-level texts: "Ġ" is a space, "Ċ" a newline; "ä" alone is the byte 0xE4 (a partial
+  // UTF-8 sequence), "ä½ł" the three bytes of U+4F60.
+  EXPECT_FALSE(zero[id("Hello")]);
+  EXPECT_FALSE(zero[id("\u0120world")]);
+  EXPECT_FALSE(zero[id("\u010A")]);
+  EXPECT_TRUE(zero[id("\u00E4")]);
+  EXPECT_TRUE(zero[id("\u00E4\u00BD\u0142")]);
+  EXPECT_TRUE(zero[static_cast<size_t>(v.eos_id)]) << "control tokens are zeroed";
+  check_ascii_output("qwen3", kVocab, false, 3);
+}
+
+TEST(Synth, ascii_output_with_a_sentencepiece_vocabulary_keeps_words_and_drops_byte_tokens) {
+  const char* vocab = "fixtures/tokenizer/ggml-vocab-llama-spm.gguf";
+  MINFER_REQUIRE_SHARED(vocab);
+  const tok::VocabData v = tok::vocab_from_gguf(*gguf::GgufFile::open(test::shared_path(vocab).string()));
+  const tok::Tokenizer tk(v);
+  const std::vector<bool> zero = check_ascii_output("llama", vocab, true, 0);
+  EXPECT_FALSE(zero[static_cast<size_t>(*tk.find_token("\u2581the"))]);
+  EXPECT_TRUE(zero[static_cast<size_t>(*tk.find_token("<0x0A>"))]) << "byte tokens are zeroed";
+  EXPECT_TRUE(zero[static_cast<size_t>(v.bos_id)]);
+}
+
 TEST(SynthLlama, tiny_llama_preset_has_the_frequency_factors_and_runs_with_the_spm_vocabulary) {
   const char* vocab = "fixtures/tokenizer/ggml-vocab-llama-spm.gguf";
   MINFER_REQUIRE_SHARED(vocab);

@@ -58,6 +58,13 @@ void write_model(gguf::GgufWriter& w, std::vector<TensorJob> jobs, const std::st
         }
         if (pb) pb->advance(static_cast<uint64_t>(n_rows - encoded) * static_cast<uint64_t>(job->ne[0]));
       }
+      if (!job->zero_rows.empty()) {
+        MINFER_CHECK(static_cast<int64_t>(job->zero_rows.size()) == n_rows, "{}: {} zero-row flags for {} rows",
+                     job->name, job->zero_rows.size(), n_rows);
+        const size_t rb = nbytes / static_cast<size_t>(n_rows);
+        for (int64_t r = 0; r < n_rows; ++r)
+          if (job->zero_rows[static_cast<size_t>(r)]) std::memset(dst + static_cast<size_t>(r) * rb, 0, rb);
+      }
     });
   }
   w.write(path);

@@ -27,6 +27,10 @@ struct TensorJob {
   /// written in the time of a copy (`minfer synth --distinct-rows`, for speed benchmarks).
   int64_t distinct_rows = 0;
   uint64_t repeat_key = 0;  ///< seeds the row order of `distinct_rows`
+  /// Empty: no effect. Else one flag per row (ne[1] x ne[2] ... rows): flagged rows are written
+  /// as zero bytes, after the encoding and the `distinct_rows` copies. Zero bytes decode to 0.0
+  /// in every ggml type (the float types, and the block types' scales d = 0).
+  std::vector<bool> zero_rows;
 };
 
 /// Adds `jobs` to `w` in order and writes `path`. Encoding runs on `n_threads` threads (0:

@@ -12,6 +12,7 @@
 #include "gguf/gguf_writer.h"
 #include "models/model.h"
 #include "quant/quant.h"
+#include "tokenizer/byte_level.h"
 
 namespace minfer::convert {
 namespace {
@@ -150,6 +151,25 @@ uint64_t synth_plan_bytes(const std::vector<SynthTensor>& plan) {
   return bytes;
 }
 
+std::vector<bool> synth_ascii_output_rows(const tok::VocabData& vocab) {
+  std::vector<bool> zero(vocab.tokens.size(), true);
+  for (size_t id = 0; id < zero.size(); ++id) {
+    if (vocab.types[id] != tok::TokenType::Normal) continue;
+    std::string bytes;
+    if (tok::is_spm(vocab)) {
+      bytes = std::string(vocab.tokens[id]);
+      for (size_t at; (at = bytes.find("\u2581")) != std::string::npos;) bytes.replace(at, 3, " ");
+    } else {
+      bool mapped = true;
+      bytes = tok::token_text_to_bytes(vocab.tokens[id], &mapped);
+      if (!mapped) continue;
+    }
+    zero[id] = !std::all_of(bytes.begin(), bytes.end(),
+                            [](char c) { return (c >= ' ' && c <= '~') || c == '\n' || c == '\t'; });
+  }
+  return zero;
+}
+
 SynthReport synth_model(const SynthOptions& opt) {
   SynthReport rep;
   const SynthPreset& preset = find_synth_preset(opt.arch, opt.preset);
@@ -167,7 +187,8 @@ SynthReport synth_model(const SynthOptions& opt) {
 
   gguf::GgufWriter w;
   add_hparams(w, p, opt.seed);
-  rep.vocab_tokens = add_vocab_metadata(w, opt.vocab, p.n_vocab);
+  tok::VocabData vocab;
+  rep.vocab_tokens = add_vocab_metadata(w, opt.vocab, p.n_vocab, &vocab);
   w.set_u32("general.quantization_version", kQuantizationVersion);
   w.set_u32("general.file_type", static_cast<uint32_t>(opt.ftype));
 
@@ -192,6 +213,8 @@ SynthReport synth_model(const SynthOptions& opt) {
       j.rows = [ff = llama3_rope_freq_factors(p)](int64_t, float* dst) { std::copy(ff.begin(), ff.end(), dst); };
     j.distinct_rows = opt.distinct_rows;
     j.repeat_key = splitmix64_mix(key);
+    if (opt.ascii_output && s.name == (p.tied ? "token_embd.weight" : "output.weight"))
+      j.zero_rows = synth_ascii_output_rows(vocab);
     int64_t el = 1;
     for (int64_t d : s.ne) el *= d;
     rep.n_params += static_cast<uint64_t>(el);

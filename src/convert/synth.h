@@ -10,6 +10,7 @@
 
 #include "convert/synth_presets.h"
 #include "quant/mix_policy.h"
+#include "tokenizer/vocab.h"
 
 namespace minfer::convert {
 
@@ -30,6 +31,14 @@ struct SynthOptions {
   /// the same shapes, types and bytes per row, written in seconds, for speed benchmarks (kernel
   /// time does not depend on weight values). Out of range: minfer::Error naming the value.
   int64_t distinct_rows = 0;
+  /// `minfer synth --ascii-output`: the rows of output.weight (token_embd.weight when the preset
+  /// ties them) of every token that synth_ascii_output_rows() does not keep are zero, so their
+  /// logit is exactly 0 while the kept tokens' logits have std kSynthLogitStd: greedy decoding
+  /// then emits printable ASCII text. Without it a random model's greedy output is arbitrary
+  /// bytes (partial UTF-8 sequences, control tokens), and a server that checks its stream's
+  /// UTF-8 ends the stream (llama-server 80fb11ac answers "The model produced output that does not
+  /// match the expected Content-only format"). Costs no speed: the rows keep their type and size.
+  bool ascii_output = false;
 };
 
 /// The most layers `SynthOptions::n_layer` may ask for (GGUF block_count is a u32; this bound
@@ -103,6 +112,11 @@ std::vector<SynthTensor> synth_tensor_plan(const SynthPreset& preset, FileType f
 
 /// Tensor data bytes of a plan (what llama-bench reports as the model size).
 uint64_t synth_plan_bytes(const std::vector<SynthTensor>& plan);
+
+/// One flag per token of `vocab` (SentencePiece or byte-level BPE): true for a token that
+/// SynthOptions::ascii_output zeroes, i.e. any token that is not Normal, or whose bytes are not
+/// all printable ASCII (' '..'~'), '\n' or '\t' (SentencePiece: U+2581 counts as ' ').
+std::vector<bool> synth_ascii_output_rows(const tok::VocabData& vocab);
 
 /// Writes the model. Metadata (llama.cpp's key names for the architecture, as its converter
 /// writes them): general.architecture, .type "model", .name (the public model's name plus

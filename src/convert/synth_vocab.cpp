@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -42,7 +43,7 @@ std::vector<int32_t> type_ids(const tok::VocabData& d) {
   return v;
 }
 
-int64_t from_gguf(gguf::GgufWriter& w, const std::string& path, int64_t n_vocab) {
+int64_t from_gguf(gguf::GgufWriter& w, const std::string& path, int64_t n_vocab, tok::VocabData* padded) {
   const auto f = gguf::GgufFile::open(path);
   MINFER_CHECK(f->find("tokenizer.ggml.tokens") != nullptr,
         "vocab file {}: no tokenizer.ggml.tokens (not a vocabulary GGUF)", path);
@@ -68,10 +69,12 @@ int64_t from_gguf(gguf::GgufWriter& w, const std::string& path, int64_t n_vocab)
   }
   if (n_tokens < n_vocab && f->find("tokenizer.ggml.token_type") == nullptr)
     w.set_i32_array("tokenizer.ggml.token_type", type_ids(d));
+  if (padded) *padded = std::move(d);
   return n_tokens;
 }
 
-int64_t from_tokenizer_json(gguf::GgufWriter& w, const std::string& path, int64_t n_vocab) {
+int64_t from_tokenizer_json(gguf::GgufWriter& w, const std::string& path, int64_t n_vocab,
+                            tok::VocabData* padded) {
   tok::VocabData d = tok::vocab_from_tokenizer_json(path);  // validates
   const int64_t n_tokens = static_cast<int64_t>(d.tokens.size());
   MINFER_CHECK(n_tokens <= n_vocab, "vocab file {}: {} tokens do not fit the model's {} embedding rows",
@@ -96,16 +99,18 @@ int64_t from_tokenizer_json(gguf::GgufWriter& w, const std::string& path, int64_
   w.set_bool("tokenizer.ggml.add_bos_token", d.add_bos);
   if (d.add_eos) w.set_bool("tokenizer.ggml.add_eos_token", true);
   if (!d.chat_template.empty()) w.set_string("tokenizer.chat_template", d.chat_template);
+  if (padded) *padded = std::move(d);
   return n_tokens;
 }
 
 }  // namespace
 
-int64_t add_vocab_metadata(gguf::GgufWriter& w, const std::string& path, int64_t n_vocab) {
+int64_t add_vocab_metadata(gguf::GgufWriter& w, const std::string& path, int64_t n_vocab,
+                           tok::VocabData* padded) {
   std::error_code ec;
   MINFER_CHECK(std::filesystem::is_regular_file(path, ec), "vocab file {} does not exist or is not a file",
         path);
-  return is_gguf(path) ? from_gguf(w, path, n_vocab) : from_tokenizer_json(w, path, n_vocab);
+  return is_gguf(path) ? from_gguf(w, path, n_vocab, padded) : from_tokenizer_json(w, path, n_vocab, padded);
 }
 
 }  // namespace minfer::convert

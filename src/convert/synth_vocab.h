@@ -7,6 +7,7 @@
 #include <string>
 
 #include "gguf/gguf_writer.h"
+#include "tokenizer/vocab.h"
 
 namespace minfer::convert {
 
@@ -21,8 +22,10 @@ namespace minfer::convert {
 /// "[PAD<id>]" tokens of type user-defined (4), as llama.cpp's convert_hf_to_gguf.py does for
 /// ids its tokenizer leaves unused; tokenizer.ggml.scores, when present, is padded with 0.
 /// The vocabulary is validated as the model loader will read it (tok::validate_vocab).
+/// `padded`, when given, receives the vocabulary as written (n_vocab tokens, with the padding).
 /// Throws minfer::Error naming the file: missing or unreadable, neither GGUF nor JSON, no
 /// tokenizer.ggml.tokens, an invalid vocabulary, or more tokens than n_vocab.
-int64_t add_vocab_metadata(gguf::GgufWriter& w, const std::string& path, int64_t n_vocab);
+int64_t add_vocab_metadata(gguf::GgufWriter& w, const std::string& path, int64_t n_vocab,
+                           tok::VocabData* padded = nullptr);
 
 }  // namespace minfer::convert

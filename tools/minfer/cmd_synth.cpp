@@ -24,6 +24,7 @@ struct SynthArgs {
   std::string seed = "0";  ///< as given: parse_seed_option (CLI11 would wrap "-5" to 2^64 - 5)
   int threads = 0;
   bool pure = false;
+  bool ascii_output = false;
   std::string layers = "0";         ///< as given: parse_int_option
   std::string distinct_rows = "0";  ///< as given: parse_int_option
 };
@@ -46,14 +47,16 @@ void run(const SynthArgs& a) {
   opt.output = a.output;
   opt.n_threads = resolve_thread_count(a.threads, "-t");
   opt.pure = a.pure;
+  opt.ascii_output = a.ascii_output;
   opt.n_layer = parse_int_option(a.layers, "--layers", "1..1024, or 0 for the preset's");
   opt.distinct_rows =
       parse_int_option(a.distinct_rows, "--distinct-rows", "1..2147483648, or 0 for every row distinct");
   const auto t0 = std::chrono::steady_clock::now();
   const convert::SynthReport r = convert::synth_model(opt);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const std::string rows =
+  std::string rows =
       opt.distinct_rows > 0 ? fmt::format(", {} distinct rows per matrix", opt.distinct_rows) : std::string();
+  if (opt.ascii_output) rows += ", ASCII output";
   log_info("wrote {} ({} {}, {} layers, {}): {} parameters, {:.2f} MiB of tensors, vocab {} tokens padded to "
            "{}, seed {}{}, in {:.1f} s",
            a.output, r.preset->arch, r.preset->name, r.n_layer, file_type_name(opt.ftype), r.n_params,
@@ -83,6 +86,9 @@ void add_synth_command(CLI::App& app) {
                   "generate and quantize only this many rows per matrix (1..2^31; 0: all) and repeat them in a "
                   "seeded order (same shapes and bytes per row, written in seconds: for speed benchmarks)")
       ->type_name("INT");
+  cmd->add_flag("--ascii-output", args->ascii_output,
+                "zero the output rows of tokens that are not plain ASCII text, so greedy decoding writes "
+                "printable ASCII (for serving benchmarks: servers end streams of malformed UTF-8)");
   cmd->callback([args] { run(*args); });
 }
 
