@@ -4,7 +4,8 @@
 Python 3 standard library only. Runs CONCURRENCY clients, each sending streaming
 /v1/completions requests (a prompt of about PROMPT_TOKENS tokens, MAX_TOKENS generated, greedy,
 no stop) until REQUESTS requests are done; reports total generated tokens/s over the wall time
-and the median / p90 time to first token. A request that ends before MAX_TOKENS or without [DONE] is counted as "short"
+the median / p90 time to first token, and the median over requests of each stream's decode rate
+(tokens after the first over the time from the first text chunk to the last). A request that ends before MAX_TOKENS or without [DONE] is counted as "short"
 (its level is not comparable). Tokens are counted from the usage chunk
 (stream_options.include_usage) when the server sends it, else one per content chunk.
 
@@ -34,6 +35,7 @@ def one_request(url, prompt, max_tokens, api_key, timeout):
     if resp.status != 200:
         raise RuntimeError(f"HTTP {resp.status}: {resp.read()[:200]!r}")
     ttft = None
+    t_last = None
     chunks = 0
     usage = None
     done = False
@@ -57,8 +59,9 @@ def one_request(url, prompt, max_tokens, api_key, timeout):
                 finish = ch["finish_reason"]
             if ch.get("text"):
                 chunks += 1
+                t_last = time.monotonic() - t0
                 if ttft is None:
-                    ttft = time.monotonic() - t0
+                    ttft = t_last
     conn.close()
     tokens = usage["completion_tokens"] if usage else chunks
     # A stream that ended without [DONE], or stopped before max_tokens (an end-of-generation
@@ -66,13 +69,16 @@ def one_request(url, prompt, max_tokens, api_key, timeout):
     short = not done or finish != "length" or tokens < max_tokens
     why = (f"done={done} finish={finish} tokens={tokens} chunks={chunks} "
            f"last line: {last[:300]!r}") if short else None
-    return ttft if ttft is not None else time.monotonic() - t0, tokens, why
+    # The stream's decode rate: tokens after the first over the time from the first text chunk to
+    # the last (what `minfer bench` tg measures, without the prefill and the request's overheads).
+    decode = (tokens - 1) / (t_last - ttft) if ttft is not None and t_last > ttft and tokens > 1 else None
+    return ttft if ttft is not None else time.monotonic() - t0, tokens, why, decode
 
 
 def run(url, concurrency, requests, prompt, max_tokens, api_key, timeout):
     """prompt(i): the prompt of request i."""
     lock = threading.Lock()
-    ttfts, tokens, errors, short, shorts = [], [0], [], [0], []
+    ttfts, tokens, errors, short, shorts, decodes = [], [0], [], [0], [], []
     left = [requests]
 
     def worker():
@@ -83,9 +89,11 @@ def run(url, concurrency, requests, prompt, max_tokens, api_key, timeout):
                 left[0] -= 1
                 i = left[0]
             try:
-                t, n, why = one_request(url, prompt(i), max_tokens, api_key, timeout)
+                t, n, why, decode = one_request(url, prompt(i), max_tokens, api_key, timeout)
                 with lock:
                     ttfts.append(t)
+                    if decode is not None:
+                        decodes.append(decode)
                     tokens[0] += n
                     if why is not None:
                         short[0] += 1
@@ -108,6 +116,7 @@ def run(url, concurrency, requests, prompt, max_tokens, api_key, timeout):
         "gen_tps": round(tokens[0] / wall, 2) if wall > 0 else 0.0,
         "ttft_median_s": round(statistics.median(ttfts), 4) if ttfts else None,
         "ttft_p90_s": round(ttfts[min(len(ttfts) - 1, int(0.9 * len(ttfts)))], 4) if ttfts else None,
+        "decode_tps_median": round(statistics.median(decodes), 2) if decodes else None,
         "first_error": errors[0] if errors else None,
         "first_short": shorts[0] if shorts else None,
     }
@@ -135,7 +144,8 @@ def main():
         else:
             print(f"concurrency {c:3d}: {r['requests']} ok ({r['short']} short), {r['errors']} failed, "
                   f"{r['generated_tokens']} tokens in "
-                  f"{r['wall_s']} s = {r['gen_tps']} t/s, TTFT median {r['ttft_median_s']} s, p90 {r['ttft_p90_s']} s")
+                  f"{r['wall_s']} s = {r['gen_tps']} t/s, TTFT median {r['ttft_median_s']} s, p90 {r['ttft_p90_s']} s, "
+                  f"stream decode median {r['decode_tps_median']} t/s")
         sys.stdout.flush()
 
 

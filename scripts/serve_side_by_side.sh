@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Serving benchmark on the device machine: `minfer serve` and (when LLAMA_SERVER is set)
-# llama-server on the same synth model, each restarted per concurrency level with as many slots
+# llama-server on the same synth model (--ascii-output), each restarted per concurrency level with as many slots
 # as clients (-np = concurrency, continuous batching on), driven by bench/serve_load.py
 # (streaming /v1/completions, a distinct prompt of about PROMPT tokens per request, GEN tokens,
 # greedy). The two servers alternate per level, so both see the same machine state.
@@ -29,9 +29,13 @@ export LD_LIBRARY_PATH="$PWD/.device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 models_dir=${MODELS_DIR:-/tmp/minfer-models}
 mkdir -p "$models_dir"
 IFS=: read -r arch preset type <<<"${SPEC:-qwen2:qwen2.5-7b:q4_K_M}"
-model=${MODEL:-$models_dir/$preset-$type.gguf}
+# --ascii-output: greedy decoding of the random model writes printable ASCII. Without it the
+# streams hold malformed UTF-8, which llama-server refuses mid-stream (every llama-server stream
+# of 2026-12-08 ended with "The model produced output that does not match the expected
+# Content-only format"); the kernels' work is the same.
+model=${MODEL:-$models_dir/$preset-$type-ascii.gguf}
 [[ -f $model ]] || "$bin/minfer" synth --arch "$arch" --preset "$preset" --type "$type" --seed 1 --vocab "$vocab" \
-  --distinct-rows 64 -o "$model" || exit 1
+  --distinct-rows 64 --ascii-output -o "$model" || exit 1
 prompt=${PROMPT:-256} gen=${GEN:-128}
 port=$((20000 + RANDOM % 20000))
 
@@ -94,8 +98,9 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 by = {}
 for r in rows:
     by.setdefault(r["concurrency"], {})[r["server"]] = r
-lines = ["| concurrency | minfer t/s | llama-server t/s | ratio | minfer TTFT median ms | llama-server TTFT median ms | errors (m / l) | short (m / l) |",
-         "|---|---|---|---|---|---|---|---|"]
+lines = ["| concurrency | minfer t/s | llama-server t/s | ratio | minfer TTFT median ms | llama-server TTFT median ms | "
+         "stream decode median t/s (m / l) | errors (m / l) | short (m / l) |",
+         "|---|---|---|---|---|---|---|---|---|"]
 def f(r, k, scale=1.0):
     return "-" if r is None or r.get(k) is None else f"{r[k] * scale:.1f}"
 for c in sorted(by):
@@ -104,7 +109,8 @@ for c in sorted(by):
     errs = f"{(m or {}).get('errors', '-')} / {(l or {}).get('errors', '-')}"
     short = f"{(m or {}).get('short', '-')} / {(l or {}).get('short', '-')}"
     lines.append(f"| {c} | {f(m, 'gen_tps')} | {f(l, 'gen_tps')} | {ratio} | {f(m, 'ttft_median_s', 1000)} | "
-                 f"{f(l, 'ttft_median_s', 1000)} | {errs} | {short} |")
+                 f"{f(l, 'ttft_median_s', 1000)} | {f(m, 'decode_tps_median')} / {f(l, 'decode_tps_median')} | "
+                 f"{errs} | {short} |")
 open(sys.argv[2], "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY
