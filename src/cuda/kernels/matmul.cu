@@ -143,8 +143,8 @@ bool launch_lane(TensorType type, const mm::MmvqBatch& b, const mm::Q8KView& act
 }
 
 /// The K-quant MMVQ: for one token column the one-super-block-per-lane kernel (mmvq_lane.cu) where
-/// it applies (MINFER_CUDA_MMVQ_LANE=0: never); for 2..8 columns the tensor-core
-/// kernel (mmvq_mma.cu) when MINFER_CUDA_MMVQ_MMA is 1..3 (default 0: not yet run on a device); else the direct-load
+/// it applies (MINFER_CUDA_MMVQ_LANE=0: never); for 3..8 columns the tensor-core kernel
+/// (mmvq_mma.cu; MINFER_CUDA_MMVQ_MMA=0: never, =2: its 8-warp variant); else the direct-load
 /// kernels where they apply (Q4_K/Q5_K with 16-byte aligned weights, mmvq_kquants_direct.cu; Q6_K
 /// rows of up to 4096 elements, mmvq_q6k_direct.cu), else the shared-memory staged one.
 /// MINFER_CUDA_MMVQ_STAGED=1 forces the staged kernel for all three types; MINFER_CUDA_MMVQ_Q6K=0
@@ -157,9 +157,11 @@ bool launch_kquant(TensorType type, const mm::MmvqBatch& b, const mm::Q8KView& a
       ok = launch_lane(type, b, acts, nullptr, stream, &launched);
       if (launched) return ok;
     }
-    // Off by default until its first device run (tests CudaMmvqMma): the bits are checked on the
-    // host only (CudaMmvqEmulated), the speed not at all.
-    if (const int64_t mma = env_int("MINFER_CUDA_MMVQ_MMA", 0); b.n >= 2 && mma != 0) {
+    // Same bits as the dp4a kernels (device test CudaMmvqMma). Its time hardly depends on the
+    // column count, the dp4a kernels' grows with it: on the H100 (2026-12-08, 7B Q4_K_M) a verify
+    // forward of 2 tokens took 4.2 ms with dp4a and 4.5 ms with tensor cores, of 4: 6.4 / 4.7 ms,
+    // of 8: 10.8 / 4.7 ms (docs/perf/2026-12-08-session29-device.md). Hence 3..8 columns only.
+    if (const int64_t mma = env_int("MINFER_CUDA_MMVQ_MMA", 1); b.n >= 3 && mma != 0) {
       ok = mm::launch_mmvq_kquant_mma(type, b, acts, stream, static_cast<int>(mma), &launched);
       if (launched) return ok;
     }

@@ -91,11 +91,11 @@ inline MmvqBatch single_batch(const MmvqArgs& a) {
 bool launch_mmvq_legacy(TensorType type, const MmvqBatch& b, const Q8View& acts, cudaStream_t stream);
 bool launch_mmvq_kquant(TensorType type, const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream);
 /// The tensor-core K-quant MMVQ (mmvq_mma.cu): Q4_K, Q5_K (weights 16-byte aligned) and Q6_K
-/// (2-byte aligned), 2..8 token columns, acts.qs 16-byte and acts.bsums 8-byte aligned; one int8
-/// mma.sync per 32-element sub-block (Q6_K: per 16-element group) for 16 rows x 8 columns, the
-/// contract's lane order kept (bit-identical to launch_mmvq_kquant). Sets *launched to false (and returns true) when it does not apply.
-/// variant (a tuning knob, same bits): 1 = 8 warps a tile, registers unbounded; 2 = 8 warps, two
-/// blocks per SM; 3 = 4 warps, two blocks per SM.
+/// (2-byte aligned), 3..8 token columns (at 2 the dp4a kernels are faster), acts.qs 16-byte and
+/// acts.bsums 8-byte aligned; one int8 mma.sync per 32-element sub-block (Q6_K: per 16-element
+/// group) for 16 rows x 8 columns, the contract's lane order kept (bit-identical to
+/// launch_mmvq_kquant). Sets *launched to false (and returns true) when it does not apply.
+/// variant (a tuning knob, same bits): 2 = 8 warps a tile, else 4 warps; two blocks per SM.
 bool launch_mmvq_kquant_mma(TensorType type, const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream,
                             int variant, bool* launched);
 /// The direct-load K-quant MMVQ (mmvq_kquants_direct.cu): Q4_K and Q5_K with every segment's

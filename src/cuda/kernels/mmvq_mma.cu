@@ -1,4 +1,4 @@
-// Tensor-core MMVQ for Q4_K, Q5_K and Q6_K x Q8K activations, n = 2..8 token columns, bit-identical to
+// Tensor-core MMVQ for Q4_K, Q5_K and Q6_K x Q8K activations, n = 3..8 token columns, bit-identical to
 // the CPU reference (design: mmvq.cuh; contract: docs/cuda-matmul.md "Exactness contract").
 //
 // Why. The dp4a kernels (mmvq_kquants_direct.cu) unpack each weight once but then spend about
@@ -7,10 +7,10 @@
 // one int8 mma.sync m16n8k32 forms the exact sums of one 32-element sub-block for 16 rows and 8
 // columns at once, so the instruction count per super-block no longer grows with the columns.
 //
-// Work split. A block of 8 (or 4) warps computes one tile of 16 rows (glu: 8 gate rows in
+// Work split. A block of 4 (or 8) warps computes one tile of 16 rows (glu: 8 gate rows in
 // fragment rows 0..7 and the same 8 up rows in 8..15, so a thread holds gate and up of its
-// outputs) for all columns. The 32 virtual lanes of the contract are split among the warps: warp
-// w takes the lanes bitrev5(4w .. 4w + 3) and, for each, the super-blocks t = lane, lane + 32, ...
+// outputs) for all columns. The 32 virtual lanes of the contract are split among the W warps:
+// warp w takes the L = 32 / W lanes bitrev5(L w .. L w + L - 1) and, for each, the super-blocks t = lane, lane + 32, ...
 // in increasing t. Thread (g, tq) = (lane / 4, lane % 4) of a warp holds, as mma.sync does
 // (PTX ISA, "Matrix Fragments for mma.m16n8k32" with .s8): A rows g and g + 8, k slots
 // 4 tq .. 4 tq + 3 and 16 + 4 tq .. 16 + 4 tq + 3; B column g, the same k slots; C rows g, g + 8,
@@ -23,9 +23,8 @@
 // isum = sum_j sc_j s_j and msum = sum_j m_j bsum_j are exact integers, the term is
 // kquarter_term's formula, lane l adds its terms in increasing t starting from 0.0f, and the
 // lanes fold by halving: processing the lanes in bit-reversed order makes the halving tree a
-// sequence of adjacent pairs (lanes k and k + 16, then k and k + 8, ...), so each warp folds its 4
-// lanes into the subtree value L8[bitrev5(4w)] and warp 0 folds the 8 subtree values the same
-// way. The result is the bits of the dp4a kernels and of the CPU.
+// sequence of adjacent pairs (lanes k and k + 16, then k and k + 8, ...), so each warp folds its L
+// lanes into one subtree value and warp 0 folds the W subtree values the same way. The result is the bits of the dp4a kernels and of the CPU.
 #include "cuda/kernels/launch.cuh"
 #include "cuda/kernels/mmvq.cuh"
 #include "cuda/kernels/mmvq_batch.cuh"
@@ -268,11 +267,14 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) mmvq_mma_kernel(const
 template <TensorType kType, bool kGlu, int N>
 bool launch_n(const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, const char* site, int variant) {
   const auto tiles = static_cast<unsigned>(kGlu ? (b.seg[0].m + 7) / 8 : (batch_rows(b) + 15) / 16);
-  switch (variant) {
-    case 2: launch_pdl(mmvq_mma_kernel<kType, N, kGlu, 8, 2>, dim3(tiles), dim3(256), 0, stream, b, acts); break;
-    case 3: launch_pdl(mmvq_mma_kernel<kType, N, kGlu, 4, 2>, dim3(tiles), dim3(128), 0, stream, b, acts); break;
-    default: launch_pdl(mmvq_mma_kernel<kType, N, kGlu, 8, 1>, dim3(tiles), dim3(256), 0, stream, b, acts); break;
-  }
+  // Variant 1 (default): 4 warps a tile; 2: 8 warps. Both with two blocks an SM in the launch
+  // bounds. Measured on the H100 (7B Q4_K_M verify forwards, 2026-12-08): 4 warps 5% faster at 8
+  // columns, 8 warps 5% faster at 4; 8 warps with one block an SM (the first version) was 15-25%
+  // slower than both and is gone.
+  if (variant == 2)
+    launch_pdl(mmvq_mma_kernel<kType, N, kGlu, 8, 2>, dim3(tiles), dim3(256), 0, stream, b, acts);
+  else
+    launch_pdl(mmvq_mma_kernel<kType, N, kGlu, 4, 2>, dim3(tiles), dim3(128), 0, stream, b, acts);
   return MINFER_LAUNCH_CHECK(site);
 }
 
@@ -283,7 +285,6 @@ bool launch_type(const MmvqBatch& b, const Q8KView& acts, cudaStream_t stream, c
 #define MINFER_CASE(N) \
   case N:              \
     return launch_n<kType, kGlu, N>(b, acts, stream, sites[N - 1], variant);
-    MINFER_CASE(2)
     MINFER_CASE(3)
     MINFER_CASE(4)
     MINFER_CASE(5)
@@ -309,7 +310,7 @@ bool launch_mmvq_kquant_mma(TensorType type, const MmvqBatch& b, const Q8KView& 
   static const char* const kQ6_Kg[8] = MINFER_MMVQ_SITES("mma_glu_q6_K");
   *launched = false;
   if (type != TensorType::Q4_K && type != TensorType::Q5_K && type != TensorType::Q6_K) return true;
-  if (b.n < 2 || b.n > 8 || b.k % 256 != 0) return true;
+  if (b.n < 3 || b.n > 8 || b.k % 256 != 0) return true;
   if (b.n_seg < 1 || b.n_seg > kMmvqMaxSegments || (b.glu && (b.n_seg != 2 || b.seg[1].m != b.seg[0].m)))
     return true;
   // Q4_K/Q5_K blocks are read with 16- and 8-byte loads; Q6_K blocks (210 bytes) with 2-byte ones.
