@@ -175,7 +175,6 @@ void CpuBackend::execute(const graph::Graph& g, const graph::ExecPlan& plan, siz
       case Op::Scale: op_scale(c, n, out); break;
       case Op::Silu: op_silu(c, n, out); break;
       case Op::SwiGLU: op_swiglu(c, n, out); break;
-      case Op::Softmax: op_softmax(c, n, out); break;
       case Op::RmsNorm: op_rms_norm(c, n, out); break;
       case Op::QkNorm: op_qk_norm(c, n, out); break;
       case Op::Rope: op_rope(c, n, out); break;

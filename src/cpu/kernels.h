@@ -39,7 +39,6 @@ void op_mul(const OpContext& c, const graph::Node& n, float* out);
 void op_scale(const OpContext& c, const graph::Node& n, float* out);
 void op_silu(const OpContext& c, const graph::Node& n, float* out);
 void op_swiglu(const OpContext& c, const graph::Node& n, float* out);
-void op_softmax(const OpContext& c, const graph::Node& n, float* out);
 
 // norms and rope (kernels_norm_rope.cpp)
 void op_rms_norm(const OpContext& c, const graph::Node& n, float* out);

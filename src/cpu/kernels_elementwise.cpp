@@ -1,5 +1,4 @@
-// Elementwise ops, softmax and permute on f32 tensors.
-#include <algorithm>
+// Elementwise ops and permute on f32 tensors.
 #include <cmath>
 
 #include "cpu/kernels.h"
@@ -75,28 +74,6 @@ void op_swiglu(const OpContext& c, const Node& n, float* out) {
   const int64_t total = n.n_elements();
   c.pool.parallel_for(total, 4096, [&](int64_t i0, int64_t i1, int) {
     for (int64_t i = i0; i < i1; ++i) out[i] = silu(g[i]) * u[i];
-  });
-}
-
-void op_softmax(const OpContext& c, const Node& n, float* out) {
-  const float* a = c.src(n, 0);
-  const int64_t ne0 = n.ne[0];
-  const int64_t rows = n.n_elements() / ne0;
-  const float s = n.p.scale;
-  c.pool.parallel_for(rows, 4, [&](int64_t r0, int64_t r1, int) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* x = a + r * ne0;
-      float* y = out + r * ne0;
-      float mx = -INFINITY;
-      for (int64_t i = 0; i < ne0; ++i) mx = std::max(mx, x[i] * s);
-      double sum = 0.0;
-      for (int64_t i = 0; i < ne0; ++i) {
-        y[i] = mx == -INFINITY ? 0.0f : std::exp(x[i] * s - mx);
-        sum += y[i];
-      }
-      const float inv = sum > 0.0 ? static_cast<float>(1.0 / sum) : 0.0f;
-      for (int64_t i = 0; i < ne0; ++i) y[i] *= inv;
-    }
   });
 }
 

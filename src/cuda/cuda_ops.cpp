@@ -123,7 +123,6 @@ std::string CudaBackend::unsupported_reason(const Graph& g, const Node& n) const
       return check_f32_sources(g, n, {0, 1});
     case Op::Scale:
     case Op::Silu:
-    case Op::Softmax:
     case Op::Permute:
       return check_f32_sources(g, n, {0});
     case Op::RmsNorm:
@@ -286,10 +285,6 @@ void op_mul(const OpArgs& a) {
 void op_scale(const OpArgs& a) { launched(scale(a.in(0), a.out(), a.n.n_elements(), a.n.p.scale, a.stream), a); }
 void op_silu(const OpArgs& a) { launched(silu(a.in(0), a.out(), a.n.n_elements(), a.stream), a); }
 void op_swiglu(const OpArgs& a) { launched(swiglu(a.in(0), a.in(1), a.out(), a.n.n_elements(), a.stream), a); }
-void op_softmax(const OpArgs& a) {
-  const int64_t len = a.n.ne[0];
-  launched(softmax(a.in(0), a.out(), len, a.n.n_elements() / len, a.n.p.scale, a.stream), a);
-}
 void op_permute(const OpArgs& a) {
   launched(permute(a.in(0), a.out(), shape(a.s(0).ne), a.n.p.perm, a.stream), a);
 }
@@ -673,7 +668,7 @@ struct OpEntry {
 constexpr OpEntry kOpTable[] = {
     {Op::Add, op_add},           {Op::Mul, op_mul},
     {Op::Scale, op_scale},       {Op::Silu, op_silu},
-    {Op::SwiGLU, op_swiglu},     {Op::Softmax, op_softmax},
+    {Op::SwiGLU, op_swiglu},
     {Op::Permute, op_permute},   {Op::RmsNorm, op_rms_norm},
     {Op::QkNorm, op_qk_norm},    {Op::Rope, op_rope},
     {Op::MatMul, op_matmul},     {Op::FusedQKV, op_fused_qkv},

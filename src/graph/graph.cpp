@@ -27,7 +27,7 @@ std::string_view op_name(Op op) {
   static constexpr std::string_view kNames[] = {
       "Input",   "Weight",      "KvRegion",     "Add",         "Mul",     "Scale",
       "Silu",    "SwiGLU",      "RmsNorm",      "QkNorm",      "MatMul",  "Rope",
-      "Attn",    "Softmax",     "BatchMatMul",  "KvcacheStore", "KvcacheLoad", "View",
+      "Attn",    "BatchMatMul",  "KvcacheStore", "KvcacheLoad", "View",
       "Reshape", "Permute",     "GetRows",      "FusedQKV",    "QkvBiasRopeStore",
       "FusedFFN", "MatMulAdd"};
   static_assert(std::size(kNames) == static_cast<size_t>(Op::Count_));
@@ -347,17 +347,6 @@ NodeId Graph::kv_load(NodeId region, int64_t n_kv, std::string name) {
   n.src[0] = region;
   n.n_src = 1;
   n.p.n_kv = n_kv;
-  n.name = std::move(name);
-  return push(std::move(n));
-}
-
-NodeId Graph::softmax(NodeId a, float s, std::string name) {
-  Node n;
-  n.op = Op::Softmax;
-  n.ne = src_node(a, name).ne;
-  n.src[0] = a;
-  n.n_src = 1;
-  n.p.scale = s;
   n.name = std::move(name);
   return push(std::move(n));
 }

@@ -78,7 +78,7 @@ enum class InputKind : uint8_t {
 /// Op parameters; each op reads the fields its doc names.
 struct NodeParams {
   float eps = 0.0f;          ///< RmsNorm, QkNorm, FusedQKV/FusedFFN with has_norm
-  float scale = 1.0f;        ///< Scale, Softmax, Attn (usually 1/sqrt(head_dim))
+  float scale = 1.0f;        ///< Scale, Attn (usually 1/sqrt(head_dim))
   float rope_theta = 0.0f;   ///< Rope, QkvBiasRopeStore: frequency base
   int32_t n_rot = 0;         ///< Rope: rotated dims per head (= head_dim for Qwen)
   RopeConfig rope;           ///< Rope, QkvBiasRopeStore: layout, scaling, freq factors (rope_math.h)
@@ -176,7 +176,6 @@ class Graph {
   /// region's type. Output aliases the region (a dependency token for later readers).
   NodeId kv_store(NodeId src, NodeId region, NodeId cells, std::string name);
   NodeId kv_load(NodeId region, int64_t n_kv, std::string name);
-  NodeId softmax(NodeId a, float scale, std::string name);
   NodeId batch_matmul(NodeId a, NodeId b, std::string name);
 
   // ---- layout ----

@@ -207,7 +207,7 @@ TEST(CudaBackend, InjectedLaunchFailureIsReportedWithItsSiteAndNode) {
   cpu::CpuBackend cpu(1);
   cuda::CudaBackend dev;
   {
-    test::ScopedEnv fail_env("MINFER_CUDA_FAIL_LAUNCH", "softmax,rms_norm");
+    test::ScopedEnv fail_env("MINFER_CUDA_FAIL_LAUNCH", "silu,rms_norm");
     const std::string msg = test::error_of([&] { test::run_graph(make, graph::BackendKind::Cuda, cpu, &dev); });
     EXPECT_CONTAINS(msg, "rms_norm");
     EXPECT_CONTAINS(msg, "blk.0.attn_norm");

@@ -22,7 +22,7 @@ using test::random_floats;
 constexpr int64_t kEmbd = 256, kVocab = 64, kCtx = 256, kHd = 64;
 
 /// A decoder-like chain: embedding gather, RMS norm, RoPE, KV store (f16), attention, residual,
-/// softmax. Inputs change from run to run like a decode loop's (tokens, positions, cells, the
+/// RMS norm. Inputs change from run to run like a decode loop's (tokens, positions, cells, the
 /// KV window tables); the KV regions persist across runs.
 class Chain {
  public:
@@ -57,7 +57,8 @@ class Chain {
       kv_pos_ = g.input(InputKind::KvPos, TensorType::I32, {kCtx, 1, 1, 1}, "kv_pos");
       kv_seq_ = g.input(InputKind::KvSeq, TensorType::I32, {kCtx, 1, 1, 1}, "kv_seq");
       const NodeId x = g.get_rows(g.weight(c.E_), tokens_, "embd");
-      const NodeId h = g.rms_norm(x, g.weight(c.W_), 1e-6f, "norm");
+      const NodeId w = g.weight(c.W_);
+      const NodeId h = g.rms_norm(x, w, 1e-6f, "norm");
       const NodeId q = g.rope(h, pos_, kHd, kHd, 1e4f, "rope_q");
       const NodeId k = g.rope(g.view(h, 0, {128, nt, 1, 1}, "k_in"), pos_, kHd, kHd, 1e4f, "rope_k");
       const NodeId v = g.view(h, static_cast<uint64_t>(128 * nt) * 4, {128, nt, 1, 1}, "v_in");
@@ -66,7 +67,7 @@ class Chain {
       const NodeId ks = g.kv_store(k, kr, cells_, "store_k");
       const NodeId vs = g.kv_store(v, vr, cells_, "store_v");
       const NodeId a = g.attn(q, ks, vs, pos_, seq_, kv_pos_, kv_seq_, 4, 2, kHd, kCtx, 0.125f, "attn");
-      out_ = g.softmax(g.add(a, x, "resid"), 1.0f, "out");
+      out_ = g.rms_norm(g.add(a, x, "resid"), w, 1e-6f, "out");
       g.mark_output(out_);
       graph::Backend* bks[2] = {&cpu_, &dev};
       graph::PrepareOptions opt;

@@ -83,7 +83,7 @@ TEST(CudaOps, ScaleAndPermuteAreBitwiseEqualToTheCpu) {
   }
 }
 
-TEST(CudaOps, SiluSwigluAndSoftmaxAreWithinTheTranscendentalClass) {
+TEST(CudaOps, SiluAndSwigluAreWithinTheTranscendentalClass) {
   MINFER_REQUIRE_CUDA();
   const auto make = [&] {
     TestGraph t;
@@ -91,16 +91,15 @@ TEST(CudaOps, SiluSwigluAndSoftmaxAreWithinTheTranscendentalClass) {
     const NodeId b = f32_input(t, {1000, 6, 1, 1}, "b", 32);
     const NodeId s = t.g.silu(a, "silu");
     const NodeId w = t.g.swiglu(a, b, "swiglu");
-    const NodeId m = t.g.softmax(a, 0.125f, "softmax");
-    for (NodeId id : {s, w, m}) {
+    for (NodeId id : {s, w}) {
       t.g.mark_output(id);
       t.outputs.push_back(id);
     }
     return t;
   };
   const auto r = test::run_both(make);
-  const char* names[] = {"silu", "swiglu", "softmax"};
-  for (size_t k = 0; k < 3; ++k)
+  const char* names[] = {"silu", "swiglu"};
+  for (size_t k = 0; k < 2; ++k)
     EXPECT_TRUE(test::floats_within_ulp(as_floats(r.cuda.outputs[k]), as_floats(r.cpu.outputs[k]), kTranscendentalUlp))
         << names[k];
 }

@@ -52,31 +52,6 @@ __global__ void swiglu_kernel(const float* gate, const float* __restrict__ up, f
     out[i] = __fmul_rn(silu_f(gate[i]), up[i]);
 }
 
-// One block per row (grid-stride over rows).
-__global__ void softmax_kernel(const float* __restrict__ a, float* __restrict__ out, int64_t len,
-                               int64_t rows, float s) {
-  __shared__ float fscratch[32];
-  __shared__ double dscratch[32];
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const float* x = a + r * len;
-    float* y = out + r * len;
-    float mx = -INFINITY;
-    for (int64_t i = threadIdx.x; i < len; i += blockDim.x) mx = fmaxf(mx, __fmul_rn(x[i], s));
-    mx = block_max(mx, fscratch);
-    double sum = 0.0;
-    for (int64_t i = threadIdx.x; i < len; i += blockDim.x) {
-      const float v = mx == -INFINITY
-                          ? 0.0f
-                          : static_cast<float>(exp(static_cast<double>(__fsub_rn(__fmul_rn(x[i], s), mx))));
-      y[i] = v;
-      sum += v;
-    }
-    sum = block_sum(sum, dscratch);
-    const float inv = sum > 0.0 ? static_cast<float>(1.0 / sum) : 0.0f;
-    for (int64_t i = threadIdx.x; i < len; i += blockDim.x) y[i] = __fmul_rn(y[i], inv);
-  }
-}
-
 struct PermDims {
   int64_t out_ne[4];
   int64_t src_stride[4];  // element stride in the source of each output axis
@@ -139,12 +114,6 @@ bool swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStrea
   if (n <= 0) return true;
   swiglu_kernel<<<grid_for(n, kBlock), kBlock, 0, stream>>>(gate, up, out, n);
   return MINFER_LAUNCH_CHECK("swiglu");
-}
-
-bool softmax(const float* a, float* out, int64_t len, int64_t rows, float s, cudaStream_t stream) {
-  if (len <= 0 || rows <= 0) return true;
-  softmax_kernel<<<grid_for(rows, 1), kBlock, 0, stream>>>(a, out, len, rows, s);
-  return MINFER_LAUNCH_CHECK("softmax");
 }
 
 bool permute(const float* in, float* out, const Shape4& in_ne, const std::array<int8_t, 4>& perm,

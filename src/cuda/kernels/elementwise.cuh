@@ -1,14 +1,13 @@
 // Elementwise kernels on f32 tensors: Add/Mul with the graph's broadcast rule, Scale, Silu,
-// SwiGLU, Softmax (rows), Permute, and the bias add of the fused projections. Shapes are ggml
-// order (ne[0] contiguous). Each launcher issues on `stream` and returns false when its launch
-// failed (recorded with its site, launch.cuh).
+// SwiGLU, Permute, and the bias add of the fused projections. Shapes are ggml order (ne[0]
+// contiguous). Each launcher issues on `stream` and returns false when its launch failed
+// (recorded with its site, launch.cuh).
 //
 // Numerics against the CPU backend (src/cpu/kernels_elementwise.cpp): Add, Mul, Scale, the bias
-// add and Permute are the same single rounded operation, so bit-exact. Silu, SwiGLU and Softmax
-// evaluate exp in double and round it to float (the correctly rounded expf, which glibc's expf
-// matches except in rare last-bit cases), then the CPU's float operations in the CPU's order;
-// Softmax sums in double like the CPU but in another order. Tolerance class "transcendental":
-// a few ulp (docs/cuda.md).
+// add and Permute are the same single rounded operation, so bit-exact. Silu and SwiGLU evaluate
+// exp in double and round it to float (the correctly rounded expf, which glibc's expf matches
+// except in rare last-bit cases), then the CPU's float operations in the CPU's order. Tolerance
+// class "transcendental": a few ulp (docs/cuda.md).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -31,9 +30,6 @@ bool scale(const float* a, float* out, int64_t n, float s, cudaStream_t stream);
 bool silu(const float* a, float* out, int64_t n, cudaStream_t stream);
 /// out[i] = silu(gate[i]) * up[i] (out may alias gate).
 bool swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
-/// Per row of `len` elements (rows rows): out = softmax(a * s); a row with no finite maximum
-/// gives zeros (CPU rule).
-bool softmax(const float* a, float* out, int64_t len, int64_t rows, float s, cudaStream_t stream);
 /// Contiguous copy with axes permuted: out.ne[i] = in.ne[perm[i]]; `in_ne` the source shape.
 bool permute(const float* in, float* out, const Shape4& in_ne, const std::array<int8_t, 4>& perm,
              cudaStream_t stream);
