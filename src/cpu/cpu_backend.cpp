@@ -179,7 +179,6 @@ void CpuBackend::execute(const graph::Graph& g, const graph::ExecPlan& plan, siz
       case Op::QkNorm: op_qk_norm(c, n, out); break;
       case Op::Rope: op_rope(c, n, out); break;
       case Op::MatMul: op_matmul(c, n, out); break;
-      case Op::BatchMatMul: op_batch_matmul(c, n, out); break;
       case Op::FusedQKV: op_fused_qkv(c, n, out); break;
       case Op::FusedFFN: op_fused_ffn(c, n, out); break;
       case Op::GetRows: op_get_rows(c, n, out); break;

@@ -47,7 +47,6 @@ void op_rope(const OpContext& c, const graph::Node& n, float* out);
 
 // matmul family (kernels_matmul.cpp)
 void op_matmul(const OpContext& c, const graph::Node& n, float* out);
-void op_batch_matmul(const OpContext& c, const graph::Node& n, float* out);
 void op_fused_qkv(const OpContext& c, const graph::Node& n, float* out);
 void op_fused_ffn(const OpContext& c, const graph::Node& n, float* out);
 void op_get_rows(const OpContext& c, const graph::Node& n, float* out);

@@ -1,5 +1,5 @@
 // Matrix products: MatMul (weights of every supported type x f32 activations), the fused QKV and
-// FFN ops built from it, BatchMatMul (f32 x f32) and GetRows (embedding gather).
+// FFN ops built from it, and GetRows (embedding gather).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -123,26 +123,6 @@ void op_fused_ffn(const OpContext& c, const Node& n, float* out) {
   });
   const QuantizedActs hq = quantize_activations(c.pool, buf2, nd.type, gate.data(), ff, n_tok);
   matmul_quantized(c.pool, nd.type, weight(3), nd.ne[1], hq, out, nd.ne[1], packed(3));
-}
-
-void op_batch_matmul(const OpContext& c, const Node& n, float* out) {
-  const Node& na = c.src_node(n, 0);
-  const Node& nb = c.src_node(n, 1);
-  const float* a = c.src(n, 0);
-  const float* b = c.src(n, 1);
-  const int64_t k = na.ne[0], m = na.ne[1], nn = nb.ne[1], batches = na.ne[2];
-  c.pool.parallel_for(batches * m, 4, [&](int64_t r0, int64_t r1, int) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t bi = r / m, j = r % m;
-      const float* ar = a + (bi * m + j) * k;
-      for (int64_t t = 0; t < nn; ++t) {
-        const float* br = b + (bi * nn + t) * k;
-        float s = 0.0f;
-        for (int64_t i = 0; i < k; ++i) s += ar[i] * br[i];
-        out[(bi * nn + t) * m + j] = s;
-      }
-    }
-  });
 }
 
 void op_get_rows(const OpContext& c, const Node& n, float* out) {

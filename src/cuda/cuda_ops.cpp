@@ -11,7 +11,6 @@
 #include "cuda/kernels/attn_decode.cuh"
 #include "cuda/kernels/attention.cuh"
 #include "cuda/kernels/flash_attn.cuh"
-#include "cuda/kernels/batch_matmul.cuh"
 #include "cuda/kernels/elementwise.cuh"
 #include "cuda/kernels/get_rows.cuh"
 #include "cuda/kernels/kv.cuh"
@@ -119,7 +118,6 @@ std::string CudaBackend::unsupported_reason(const Graph& g, const Node& n) const
     case Op::Add:
     case Op::Mul:
     case Op::SwiGLU:
-    case Op::BatchMatMul:
       return check_f32_sources(g, n, {0, 1});
     case Op::Scale:
     case Op::Silu:
@@ -303,10 +301,6 @@ void op_rope(const OpArgs& a) {
   const float* ff = a.n.p.rope.has_freq_factors ? a.in(2) : nullptr;
   launched(rope(a.in(0), a.in<int32_t>(1), a.out(), hd, a.n.ne[0] / hd, a.n.ne[1], n_rot, theta_scale, a.n.p.rope,
                 ff, a.stream), a);
-}
-void op_batch_matmul(const OpArgs& a) {
-  launched(batch_matmul_f32(a.in(0), a.in(1), a.out(), a.s(0).ne[0], a.s(0).ne[1], a.s(1).ne[1],
-                            a.s(0).ne[2], a.stream), a);
 }
 void op_get_rows(const OpArgs& a) {
   const Node& t = a.s(0);
@@ -672,7 +666,7 @@ constexpr OpEntry kOpTable[] = {
     {Op::Permute, op_permute},   {Op::RmsNorm, op_rms_norm},
     {Op::QkNorm, op_qk_norm},    {Op::Rope, op_rope},
     {Op::MatMul, op_matmul},     {Op::FusedQKV, op_fused_qkv},
-    {Op::FusedFFN, op_fused_ffn}, {Op::BatchMatMul, op_batch_matmul},
+    {Op::FusedFFN, op_fused_ffn},
     {Op::GetRows, op_get_rows},  {Op::KvcacheStore, op_kv_store},
     {Op::KvcacheLoad, op_kv_load}, {Op::Attn, op_attn},
     {Op::MatMulAdd, op_matmul_add}, {Op::QkvBiasRopeStore, op_rope_store},

@@ -27,7 +27,7 @@ std::string_view op_name(Op op) {
   static constexpr std::string_view kNames[] = {
       "Input",   "Weight",      "KvRegion",     "Add",         "Mul",     "Scale",
       "Silu",    "SwiGLU",      "RmsNorm",      "QkNorm",      "MatMul",  "Rope",
-      "Attn",    "BatchMatMul",  "KvcacheStore", "KvcacheLoad", "View",
+      "Attn",    "KvcacheStore", "KvcacheLoad", "View",
       "Reshape", "Permute",     "GetRows",      "FusedQKV",    "QkvBiasRopeStore",
       "FusedFFN", "MatMulAdd"};
   static_assert(std::size(kNames) == static_cast<size_t>(Op::Count_));
@@ -347,22 +347,6 @@ NodeId Graph::kv_load(NodeId region, int64_t n_kv, std::string name) {
   n.src[0] = region;
   n.n_src = 1;
   n.p.n_kv = n_kv;
-  n.name = std::move(name);
-  return push(std::move(n));
-}
-
-NodeId Graph::batch_matmul(NodeId a, NodeId b, std::string name) {
-  const Node& na = src_node(a, name);
-  const Node& nb = src_node(b, name);
-  if (na.ne[0] != nb.ne[0] || na.ne[2] != nb.ne[2] || na.ne[3] != 1 || nb.ne[3] != 1)
-    fail("node {}: cannot multiply {} by {}", name, shape_str(na.ne), shape_str(nb.ne));
-  if (!is_float_activation(na) || !is_float_activation(nb)) fail("node {}: operands must be f32", name);
-  Node n;
-  n.op = Op::BatchMatMul;
-  n.ne = {na.ne[1], nb.ne[1], na.ne[2], 1};
-  n.src[0] = a;
-  n.src[1] = b;
-  n.n_src = 2;
   n.name = std::move(name);
   return push(std::move(n));
 }

@@ -176,7 +176,6 @@ class Graph {
   /// region's type. Output aliases the region (a dependency token for later readers).
   NodeId kv_store(NodeId src, NodeId region, NodeId cells, std::string name);
   NodeId kv_load(NodeId region, int64_t n_kv, std::string name);
-  NodeId batch_matmul(NodeId a, NodeId b, std::string name);
 
   // ---- layout ----
   NodeId view(NodeId a, uint64_t offset_bytes, Shape ne, std::string name);

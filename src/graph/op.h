@@ -21,7 +21,6 @@ enum class Op : uint8_t {
   MatMul,        ///< y[m, n] = W[k, m]^T x[k, n]  (W a Weight of any supported type)
   Rope,          ///< rotary embedding, neox layout: a [hd, n_head, n], pos [n] (i32)
   Attn,          ///< causal GQA attention over the KV window (see AttnParams)
-  BatchMatMul,   ///< per ne2 batch: y[m, n, b] = A[k, m, b]^T B[k, n, b] (f32 x f32)
   KvcacheStore,  ///< writes rows of src0 [kv_dim, n] into region src1 at cells src2 [n] (i32)
   KvcacheLoad,   ///< dequantized copy of cells [0, p.n_kv) of region src0 -> f32 [kv_dim, n_kv]
   View,          ///< contiguous alias of src0: p.offset (bytes) + this node's shape

@@ -173,21 +173,6 @@ TEST(CudaOps, RopeMatchesTheCpuWithinTheRopeClass) {
   }
 }
 
-TEST(CudaOps, BatchMatMulIsBitwiseEqualToTheCpu) {
-  MINFER_REQUIRE_CUDA();
-  const auto make = [&] {
-    TestGraph t;
-    const NodeId a = f32_input(t, {48, 9, 3, 1}, "a", 61);
-    const NodeId b = f32_input(t, {48, 5, 3, 1}, "b", 62);
-    const NodeId y = t.g.batch_matmul(a, b, "bmm");
-    t.g.mark_output(y);
-    t.outputs.push_back(y);
-    return t;
-  };
-  const auto r = test::run_both(make);
-  EXPECT_TRUE(test::bytes_equal(r.cuda.outputs[0], r.cpu.outputs[0]));
-}
-
 class CudaGetRows : public ::testing::TestWithParam<TensorType> {};
 
 TEST_P(CudaGetRows, GatherDequantizesBitExactlyLikeTheCpu) {
