@@ -33,7 +33,7 @@ Graph residual_graph(const Weights& w, bool extra, NodeId* x3_out) {
   const NodeId act = g.mul(g.silu(g.matmul(wg, x2, "gate"), "silu"), g.matmul(wu, x2, "up"), "act");
   const NodeId x3 = g.add(x2, g.matmul(wd, act, "down"), "ffn_resid");
   g.mark_output(x3);
-  if (extra) g.mark_output(g.scale(po, 2.0f, "another_reader"));
+  if (extra) g.mark_output(g.silu(po, "another_reader"));
   *x3_out = x3;
   return g;
 }

@@ -194,14 +194,18 @@ TEST(Allocator, ALongChainReusesBuffers) {
   Backend* bks[2] = {&cpu, nullptr};
   Graph g;
   const NodeId x = g.input(InputKind::Other, TensorType::F32, {1024, 1, 1, 1}, "x");
+  // One factor broadcast over x (Mul's rule): each step is the one rounded product x * f.
+  const NodeId f = g.input(InputKind::Other, TensorType::F32, {1, 1, 1, 1}, "f");
   NodeId y = x;
-  for (int i = 0; i < 50; ++i) y = g.scale(y, 1.0f + 1.0f / 64, "s" + std::to_string(i));
+  for (int i = 0; i < 50; ++i) y = g.mul(y, f, "s" + std::to_string(i));
   g.mark_output(y);
   PreparedGraph pg(std::move(g), bks, no_kv(), PrepareOptions{});
-  // Input, output and two scratch buffers at most, not 51.
+  // The inputs, the output and two scratch buffers at most, not 51 (f is 4 bytes).
   EXPECT_LE(cpu.pool_bytes(), 4u * 1024 * 4);
   std::vector<float> in(1024, 1.0f), out(1024);
+  const float factor = 1.0f + 1.0f / 64;
   pg.set_input(x, in.data(), 4096);
+  pg.set_input(f, &factor, 4);
   pg.execute();
   pg.read_output(y, out.data(), 4096);
   float expect = 1.0f;

@@ -172,7 +172,6 @@ void CpuBackend::execute(const graph::Graph& g, const graph::ExecPlan& plan, siz
         break;
       case Op::Add: op_add(c, n, out); break;
       case Op::Mul: op_mul(c, n, out); break;
-      case Op::Scale: op_scale(c, n, out); break;
       case Op::Silu: op_silu(c, n, out); break;
       case Op::SwiGLU: op_swiglu(c, n, out); break;
       case Op::RmsNorm: op_rms_norm(c, n, out); break;
@@ -185,7 +184,6 @@ void CpuBackend::execute(const graph::Graph& g, const graph::ExecPlan& plan, siz
       case Op::Attn: op_attn(c, n, out); break;
       case Op::KvcacheStore: op_kv_store(c, n); break;
       case Op::KvcacheLoad: op_kv_load(c, n, out); break;
-      case Op::Permute: op_permute(c, n, out); break;
       default:
         fail("node {} ({}): no CPU kernel", n.name, graph::op_name(n.op));
     }

@@ -36,7 +36,6 @@ struct OpContext {
 // elementwise (kernels_elementwise.cpp)
 void op_add(const OpContext& c, const graph::Node& n, float* out);
 void op_mul(const OpContext& c, const graph::Node& n, float* out);
-void op_scale(const OpContext& c, const graph::Node& n, float* out);
 void op_silu(const OpContext& c, const graph::Node& n, float* out);
 void op_swiglu(const OpContext& c, const graph::Node& n, float* out);
 
@@ -55,9 +54,6 @@ void op_get_rows(const OpContext& c, const graph::Node& n, float* out);
 void op_attn(const OpContext& c, const graph::Node& n, float* out);
 void op_kv_store(const OpContext& c, const graph::Node& n);
 void op_kv_load(const OpContext& c, const graph::Node& n, float* out);
-
-// layout (kernels_elementwise.cpp)
-void op_permute(const OpContext& c, const graph::Node& n, float* out);
 
 /// Activations x [k, n] (n token rows of k f32) quantized to a weight type's vec_dot_type,
 /// one packed row per token (`row_bytes` apart). For F32 weights `data` is x itself.

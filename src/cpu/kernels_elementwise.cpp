@@ -1,4 +1,4 @@
-// Elementwise ops and permute on f32 tensors.
+// Elementwise ops on f32 tensors.
 #include <cmath>
 
 #include "cpu/kernels.h"
@@ -61,11 +61,6 @@ void op_mul(const OpContext& c, const Node& n, float* out) {
   });
 }
 
-void op_scale(const OpContext& c, const Node& n, float* out) {
-  const float s = n.p.scale;
-  unary(c, n, out, [s](float x) { return x * s; });
-}
-
 void op_silu(const OpContext& c, const Node& n, float* out) { unary(c, n, out, silu); }
 
 void op_swiglu(const OpContext& c, const Node& n, float* out) {
@@ -74,24 +69,6 @@ void op_swiglu(const OpContext& c, const Node& n, float* out) {
   const int64_t total = n.n_elements();
   c.pool.parallel_for(total, 4096, [&](int64_t i0, int64_t i1, int) {
     for (int64_t i = i0; i < i1; ++i) out[i] = silu(g[i]) * u[i];
-  });
-}
-
-void op_permute(const OpContext& c, const Node& n, float* out) {
-  const Node& na = c.src_node(n, 0);
-  const float* a = c.src(n, 0);
-  // Strides of the source in elements, then the source stride of each output axis.
-  const int64_t sa[4] = {1, na.ne[0], na.ne[0] * na.ne[1], na.ne[0] * na.ne[1] * na.ne[2]};
-  int64_t so[4];
-  for (int i = 0; i < 4; ++i) so[i] = sa[n.p.perm[static_cast<size_t>(i)]];
-  const int64_t rows = n.ne[1] * n.ne[2] * n.ne[3];
-  c.pool.parallel_for(rows, 16, [&](int64_t r0, int64_t r1, int) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t i1 = r % n.ne[1], i2 = (r / n.ne[1]) % n.ne[2], i3 = r / (n.ne[1] * n.ne[2]);
-      const float* src = a + i1 * so[1] + i2 * so[2] + i3 * so[3];
-      float* dst = out + r * n.ne[0];
-      for (int64_t i0 = 0; i0 < n.ne[0]; ++i0) dst[i0] = src[i0 * so[0]];
-    }
   });
 }
 

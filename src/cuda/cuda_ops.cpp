@@ -119,9 +119,7 @@ std::string CudaBackend::unsupported_reason(const Graph& g, const Node& n) const
     case Op::Mul:
     case Op::SwiGLU:
       return check_f32_sources(g, n, {0, 1});
-    case Op::Scale:
     case Op::Silu:
-    case Op::Permute:
       return check_f32_sources(g, n, {0});
     case Op::RmsNorm:
     case Op::QkNorm:
@@ -280,12 +278,8 @@ void op_add(const OpArgs& a) {
 void op_mul(const OpArgs& a) {
   launched(binary(BinaryOp::Mul, a.in(0), a.in(1), a.out(), shape(a.n.ne), shape(a.s(1).ne), a.stream), a);
 }
-void op_scale(const OpArgs& a) { launched(scale(a.in(0), a.out(), a.n.n_elements(), a.n.p.scale, a.stream), a); }
 void op_silu(const OpArgs& a) { launched(silu(a.in(0), a.out(), a.n.n_elements(), a.stream), a); }
 void op_swiglu(const OpArgs& a) { launched(swiglu(a.in(0), a.in(1), a.out(), a.n.n_elements(), a.stream), a); }
-void op_permute(const OpArgs& a) {
-  launched(permute(a.in(0), a.out(), shape(a.s(0).ne), a.n.p.perm, a.stream), a);
-}
 void op_rms_norm(const OpArgs& a) {
   const int64_t len = a.n.ne[0];
   launched(rms_norm(a.in(0), a.in(1), a.out(), len, a.n.n_elements() / len, a.n.p.eps, "rms_norm", a.stream), a);
@@ -660,16 +654,14 @@ struct OpEntry {
 
 // The dispatch table: one launcher per op (leaves and aliases have nothing to run).
 constexpr OpEntry kOpTable[] = {
-    {Op::Add, op_add},           {Op::Mul, op_mul},
-    {Op::Scale, op_scale},       {Op::Silu, op_silu},
-    {Op::SwiGLU, op_swiglu},
-    {Op::Permute, op_permute},   {Op::RmsNorm, op_rms_norm},
-    {Op::QkNorm, op_qk_norm},    {Op::Rope, op_rope},
-    {Op::MatMul, op_matmul},     {Op::FusedQKV, op_fused_qkv},
-    {Op::FusedFFN, op_fused_ffn},
-    {Op::GetRows, op_get_rows},  {Op::KvcacheStore, op_kv_store},
-    {Op::KvcacheLoad, op_kv_load}, {Op::Attn, op_attn},
-    {Op::MatMulAdd, op_matmul_add}, {Op::QkvBiasRopeStore, op_rope_store},
+    {Op::Add, op_add},               {Op::Mul, op_mul},
+    {Op::Silu, op_silu},             {Op::SwiGLU, op_swiglu},
+    {Op::RmsNorm, op_rms_norm},      {Op::QkNorm, op_qk_norm},
+    {Op::Rope, op_rope},             {Op::MatMul, op_matmul},
+    {Op::FusedQKV, op_fused_qkv},    {Op::FusedFFN, op_fused_ffn},
+    {Op::GetRows, op_get_rows},      {Op::KvcacheStore, op_kv_store},
+    {Op::KvcacheLoad, op_kv_load},   {Op::Attn, op_attn},
+    {Op::MatMulAdd, op_matmul_add},  {Op::QkvBiasRopeStore, op_rope_store},
 };
 
 OpFn find_op(Op op) {

@@ -25,11 +25,10 @@ std::string_view backend_name(BackendKind k) { return k == BackendKind::Cpu ? "c
 
 std::string_view op_name(Op op) {
   static constexpr std::string_view kNames[] = {
-      "Input",   "Weight",      "KvRegion",     "Add",         "Mul",     "Scale",
-      "Silu",    "SwiGLU",      "RmsNorm",      "QkNorm",      "MatMul",  "Rope",
-      "Attn",    "KvcacheStore", "KvcacheLoad", "View",
-      "Reshape", "Permute",     "GetRows",      "FusedQKV",    "QkvBiasRopeStore",
-      "FusedFFN", "MatMulAdd"};
+      "Input",  "Weight", "KvRegion",     "Add",         "Mul",  "Silu",    "SwiGLU",
+      "RmsNorm", "QkNorm", "MatMul",      "Rope",        "Attn", "KvcacheStore", "KvcacheLoad",
+      "View",   "Reshape", "GetRows",     "FusedQKV",    "QkvBiasRopeStore", "FusedFFN",
+      "MatMulAdd"};
   static_assert(std::size(kNames) == static_cast<size_t>(Op::Count_));
   const auto i = static_cast<size_t>(op);
   return i < std::size(kNames) ? kNames[i] : "?";
@@ -137,17 +136,6 @@ NodeId Graph::mul(NodeId a, NodeId b, std::string name) {
   n.src[0] = a;
   n.src[1] = b;
   n.n_src = 2;
-  n.name = std::move(name);
-  return push(std::move(n));
-}
-
-NodeId Graph::scale(NodeId a, float s, std::string name) {
-  Node n;
-  n.op = Op::Scale;
-  n.ne = src_node(a, name).ne;
-  n.src[0] = a;
-  n.n_src = 1;
-  n.p.scale = s;
   n.name = std::move(name);
   return push(std::move(n));
 }
@@ -379,24 +367,6 @@ NodeId Graph::reshape(NodeId a, Shape ne, std::string name) {
   n.ne = ne;
   n.src[0] = a;
   n.n_src = 1;
-  n.name = std::move(name);
-  return push(std::move(n));
-}
-
-NodeId Graph::permute(NodeId a, std::array<int8_t, 4> perm, std::string name) {
-  const Node& na = src_node(a, name);
-  bool seen[4] = {false, false, false, false};
-  for (int8_t v : perm) {
-    if (v < 0 || v > 3 || seen[v]) fail("node {}: invalid permutation", name);
-    seen[v] = true;
-  }
-  if (!is_float_activation(na)) fail("node {}: permute needs f32", name);
-  Node n;
-  n.op = Op::Permute;
-  for (int i = 0; i < 4; ++i) n.ne[static_cast<size_t>(i)] = na.ne[static_cast<size_t>(perm[static_cast<size_t>(i)])];
-  n.src[0] = a;
-  n.n_src = 1;
-  n.p.perm = perm;
   n.name = std::move(name);
   return push(std::move(n));
 }

@@ -78,7 +78,7 @@ enum class InputKind : uint8_t {
 /// Op parameters; each op reads the fields its doc names.
 struct NodeParams {
   float eps = 0.0f;          ///< RmsNorm, QkNorm, FusedQKV/FusedFFN with has_norm
-  float scale = 1.0f;        ///< Scale, Attn (usually 1/sqrt(head_dim))
+  float scale = 1.0f;        ///< Attn (usually 1/sqrt(head_dim))
   float rope_theta = 0.0f;   ///< Rope, QkvBiasRopeStore: frequency base
   int32_t n_rot = 0;         ///< Rope: rotated dims per head (= head_dim for Qwen)
   RopeConfig rope;           ///< Rope, QkvBiasRopeStore: layout, scaling, freq factors (rope_math.h)
@@ -91,7 +91,6 @@ struct NodeParams {
   int32_t seq_tokens = 0;    ///< Attn: most tokens of one sequence in the op (0: all n tokens)
   int64_t seq_window = 0;    ///< Attn with kv bounds: at least every token's hi - lo (0: n_kv)
   uint64_t offset = 0;       ///< View: byte offset into src0
-  std::array<int8_t, 4> perm{0, 1, 2, 3};  ///< Permute
   bool has_bias = false;     ///< FusedQKV
   bool has_norm = false;     ///< FusedQKV, FusedFFN: RmsNorm folded in ("Fused ops"; p.eps)
   bool has_qk_norm = false;  ///< QkvBiasRopeStore: sources 5, 6 are the q and k norm weights
@@ -145,7 +144,6 @@ class Graph {
   // ---- elementwise ----
   NodeId add(NodeId a, NodeId b, std::string name);
   NodeId mul(NodeId a, NodeId b, std::string name);
-  NodeId scale(NodeId a, float s, std::string name);
   NodeId silu(NodeId a, std::string name);
   NodeId swiglu(NodeId gate, NodeId up, std::string name);
 
@@ -180,7 +178,6 @@ class Graph {
   // ---- layout ----
   NodeId view(NodeId a, uint64_t offset_bytes, Shape ne, std::string name);
   NodeId reshape(NodeId a, Shape ne, std::string name);
-  NodeId permute(NodeId a, std::array<int8_t, 4> perm, std::string name);
   NodeId get_rows(NodeId table, NodeId ids, std::string name);
 
   /// Appends a node built by a pass (fused ops); sources must already exist.

@@ -13,7 +13,6 @@ enum class Op : uint8_t {
   KvRegion,      ///< leaf: a persistent per-layer K or V region [kv_dim, n_ctx] (f32/f16/q8_0)
   Add,           ///< a + b; b broadcasts over higher dims when b.ne[i] == 1 (e.g. bias [m])
   Mul,           ///< a * b, same broadcast rule
-  Scale,         ///< a * p.scale
   Silu,          ///< a * sigmoid(a)
   SwiGLU,        ///< silu(a) * b (gate, up)
   RmsNorm,       ///< a / sqrt(mean(a^2 over ne0) + eps) * w       src: a [d, n], w [d] (f32)
@@ -25,7 +24,6 @@ enum class Op : uint8_t {
   KvcacheLoad,   ///< dequantized copy of cells [0, p.n_kv) of region src0 -> f32 [kv_dim, n_kv]
   View,          ///< contiguous alias of src0: p.offset (bytes) + this node's shape
   Reshape,       ///< alias of src0 with this node's shape (same element count)
-  Permute,       ///< contiguous copy of src0 with axes permuted: out.ne[i] = in.ne[p.perm[i]]
   GetRows,       ///< rows of src0 [d, rows] (any type) selected by ids src1 [n] -> f32 [d, n]
   // Fused ops (created by the FusionPass, only where a backend says it supports them; their
   // sources and results are documented in graph.h, "Fused ops").

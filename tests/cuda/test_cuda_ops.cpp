@@ -62,27 +62,6 @@ TEST(CudaOps, AddAndMulBroadcastAreBitwiseEqualToTheCpu) {
   }
 }
 
-TEST(CudaOps, ScaleAndPermuteAreBitwiseEqualToTheCpu) {
-  MINFER_REQUIRE_CUDA();
-  const std::array<int8_t, 4> perms[] = {{1, 0, 2, 3}, {0, 2, 1, 3}, {2, 0, 1, 3}, {3, 2, 1, 0}};
-  for (const auto& perm : perms) {
-    const auto make = [&] {
-      TestGraph t;
-      const NodeId a = f32_input(t, {5, 6, 7, 2}, "a", 21);
-      const NodeId s = t.g.scale(a, 0.37f, "s");
-      const NodeId y = t.g.permute(s, perm, "y");
-      t.g.mark_output(s);
-      t.g.mark_output(y);
-      t.outputs = {s, y};
-      return t;
-    };
-    const auto r = test::run_both(make);
-    EXPECT_TRUE(test::bytes_equal(r.cuda.outputs[0], r.cpu.outputs[0])) << "scale";
-    EXPECT_TRUE(test::bytes_equal(r.cuda.outputs[1], r.cpu.outputs[1]))
-        << "permute " << int(perm[0]) << int(perm[1]) << int(perm[2]) << int(perm[3]);
-  }
-}
-
 TEST(CudaOps, SiluAndSwigluAreWithinTheTranscendentalClass) {
   MINFER_REQUIRE_CUDA();
   const auto make = [&] {

@@ -30,12 +30,6 @@ __global__ void binary_kernel(const float* __restrict__ a, const float* __restri
   }
 }
 
-__global__ void scale_kernel(const float* __restrict__ a, float* __restrict__ out, int64_t n, float s) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    out[i] = __fmul_rn(a[i], s);
-}
-
 // The CPU's silu (common.cuh silu_cpu: exp correctly rounded to float).
 __device__ __forceinline__ float silu_f(float x) { return silu_cpu(x); }
 
@@ -50,26 +44,6 @@ __global__ void swiglu_kernel(const float* gate, const float* __restrict__ up, f
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] = __fmul_rn(silu_f(gate[i]), up[i]);
-}
-
-struct PermDims {
-  int64_t out_ne[4];
-  int64_t src_stride[4];  // element stride in the source of each output axis
-};
-
-__global__ void permute_kernel(const float* __restrict__ in, float* __restrict__ out, PermDims p) {
-  const int64_t total = p.out_ne[0] * p.out_ne[1] * p.out_ne[2] * p.out_ne[3];
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    int64_t r = i;
-    int64_t src = 0;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      src += (r % p.out_ne[k]) * p.src_stride[k];
-      r /= p.out_ne[k];
-    }
-    out[i] = in[src];
-  }
 }
 
 __global__ void add_bias_kernel(float* __restrict__ y, const float* __restrict__ b, int64_t m, int64_t n) {
@@ -98,12 +72,6 @@ bool binary(BinaryOp op, const float* a, const float* b, float* out, const Shape
   return MINFER_LAUNCH_CHECK("mul");
 }
 
-bool scale(const float* a, float* out, int64_t n, float s, cudaStream_t stream) {
-  if (n <= 0) return true;
-  scale_kernel<<<grid_for(n, kBlock), kBlock, 0, stream>>>(a, out, n, s);
-  return MINFER_LAUNCH_CHECK("scale");
-}
-
 bool silu(const float* a, float* out, int64_t n, cudaStream_t stream) {
   if (n <= 0) return true;
   silu_kernel<<<grid_for(n, kBlock), kBlock, 0, stream>>>(a, out, n);
@@ -114,21 +82,6 @@ bool swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStrea
   if (n <= 0) return true;
   swiglu_kernel<<<grid_for(n, kBlock), kBlock, 0, stream>>>(gate, up, out, n);
   return MINFER_LAUNCH_CHECK("swiglu");
-}
-
-bool permute(const float* in, float* out, const Shape4& in_ne, const std::array<int8_t, 4>& perm,
-             cudaStream_t stream) {
-  const int64_t stride[4] = {1, in_ne[0], in_ne[0] * in_ne[1], in_ne[0] * in_ne[1] * in_ne[2]};
-  PermDims p{};
-  for (int i = 0; i < 4; ++i) {
-    const auto ax = static_cast<size_t>(perm[static_cast<size_t>(i)]);
-    p.out_ne[i] = in_ne[ax];
-    p.src_stride[i] = stride[ax];
-  }
-  const int64_t total = in_ne[0] * in_ne[1] * in_ne[2] * in_ne[3];
-  if (total <= 0) return true;
-  permute_kernel<<<grid_for(total, kBlock), kBlock, 0, stream>>>(in, out, p);
-  return MINFER_LAUNCH_CHECK("permute");
 }
 
 bool add_bias(float* y, const float* b, int64_t m, int64_t n, cudaStream_t stream) {
