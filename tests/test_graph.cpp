@@ -1,5 +1,5 @@
 // The graph pipeline on the CPU backend: shape checks at build time, the FusionPass keeps results
-// bitwise identical, the allocator reuses memory, the scheduler splits across backends and copies.
+// bitwise identical, the allocator reuses memory, execute queues the readbacks behind the work.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -213,13 +213,6 @@ TEST(Allocator, ALongChainReusesBuffers) {
   EXPECT_EQ(out[7], expect);
 }
 
-// A CPU backend that presents itself as the second backend kind, to exercise splits and copies.
-class SecondBackend : public cpu::CpuBackend {
- public:
-  SecondBackend() : CpuBackend(1) {}
-  BackendKind kind() const override { return BackendKind::Cuda; }
-};
-
 // A CPU backend whose download_at_sync copies only at its next synchronize (as a device's queued
 // readback does), counting both calls.
 class DeferredReadBackend : public cpu::CpuBackend {
@@ -247,6 +240,23 @@ class DeferredReadBackend : public cpu::CpuBackend {
   std::vector<Queued> queued_;
 };
 
+TEST(Scheduler, AGraphForABackendTheEngineLacksIsAnErrorNamingIt) {
+  // Every node runs on opt.preferred (no per-node placement, no second backend; ADR 0007).
+  cpu::CpuBackend cpu(1);
+  Backend* bks[2] = {&cpu, nullptr};
+  const Toy toy;
+  NodeId x, y;
+  PrepareOptions opt;
+  opt.preferred = BackendKind::Cuda;
+  try {
+    PreparedGraph pg(toy.build(3, &x, &y), bks, no_kv(), opt);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("assigned to the cuda backend, which this engine does not have"),
+              std::string::npos) << e.what();
+  }
+}
+
 TEST(Scheduler, ExecuteQueuesOutputReadsBehindTheGraphAndWaitsOnce) {
   DeferredReadBackend cpu;
   Backend* bks[2] = {&cpu, nullptr};
@@ -259,7 +269,7 @@ TEST(Scheduler, ExecuteQueuesOutputReadsBehindTheGraphAndWaitsOnce) {
   const OutputRead read{y, out.data(), 8 * 4};  // the first column only: fewer bytes than the node
   pg.execute(std::span<const OutputRead>(&read, 1));
   EXPECT_EQ(cpu.reads, 1);
-  EXPECT_EQ(cpu.syncs, 1) << "one wait for the split and the readback";
+  EXPECT_EQ(cpu.syncs, 1) << "one wait for the work and the readback";
   const auto ref = run_toy(false, nullptr, 3);
   EXPECT_EQ(0, std::memcmp(out.data(), ref.data(), 8 * 4));
   EXPECT_EQ(out[8], -1.0f) << "bytes past the read were written";
@@ -287,39 +297,6 @@ TEST(Scheduler, ExecuteQueuesOutputReadsBehindTheGraphAndWaitsOnce) {
   }
   EXPECT_EQ(cpu.queued(), 0u) << "a readback stayed queued past the failed execute";
   EXPECT_EQ(cpu.syncs, syncs_before + 1);
-}
-
-TEST(Scheduler, MixedPlacementSplitsAndCopiesAcrossBackends) {
-  cpu::CpuBackend cpu(2);
-  SecondBackend other;
-  Backend* bks[2] = {&cpu, &other};
-  const Toy toy;
-  NodeId x, y;
-  Graph g = toy.build(3, &x, &y);
-  PrepareOptions opt;
-  opt.fuse = false;
-  // Put the FFN on the second backend, everything else on the CPU.
-  opt.placement = [](const Graph&, const Node& n) {
-    return (n.name == "gate" || n.name == "up" || n.name == "silu" || n.name == "act" || n.name == "down")
-               ? BackendKind::Cuda : BackendKind::Cpu;
-  };
-  PreparedGraph pg(std::move(g), bks, no_kv(), opt);
-  ASSERT_GE(pg.splits().size(), 3u);
-  size_t copies = 0;
-  for (const auto& s : pg.splits()) copies += s.copies.size();
-  EXPECT_GE(copies, 2u);  // q into the FFN split, the FFN output back
-  const auto in = random_vec(16 * 3, 42);
-  pg.set_input(x, in.data(), in.size() * 4);
-  pg.execute();
-  std::vector<float> out(8 * 3);
-  pg.read_output(y, out.data(), out.size() * 4);
-  const auto ref = run_toy(false, nullptr, 3);
-  EXPECT_EQ(0, std::memcmp(out.data(), ref.data(), out.size() * 4));
-  // The same output read back by execute itself.
-  std::vector<float> out2(8 * 3);
-  const OutputRead read{y, out2.data(), out2.size() * 4};
-  pg.execute(std::span<const OutputRead>(&read, 1));
-  EXPECT_EQ(0, std::memcmp(out2.data(), ref.data(), out2.size() * 4));
 }
 
 TEST(Scheduler, UnsupportedNodeIsAnErrorNotAFallback) {

@@ -51,7 +51,7 @@ uint64_t split_signature(const Graph& g, const graph::ExecPlan& plan, size_t beg
     const Node& n = g.nodes()[i];
     if (n.dead) continue;
     words.push_back(i << 8 | static_cast<uint64_t>(n.op));
-    words.push_back(reinterpret_cast<uintptr_t>(plan.refs[i][static_cast<size_t>(n.backend)].data));
+    words.push_back(reinterpret_cast<uintptr_t>(plan.refs[i].data));
     for (int s = 0; s < n.n_src; ++s) {
       const Node& sn = g.node(n.src[static_cast<size_t>(s)]);
       words.push_back(reinterpret_cast<uintptr_t>(plan.src_data(g, n, s)));

@@ -12,7 +12,7 @@
 
 namespace minfer::graph {
 
-/// Where one node's output lives on one backend.
+/// Where one node's output lives on the graph's backend.
 struct TensorRef {
   void* data = nullptr;    ///< host pointer (CPU) or device pointer (CUDA)
   uint64_t nbytes = 0;
@@ -20,17 +20,15 @@ struct TensorRef {
   uint64_t offset = 0;     ///< byte offset into `buffer`
 };
 
-/// Per prepared graph: each node's home (on its assigned backend) and, when a node is read
-/// across a split boundary, its mirror on the other backend. Indexed [node][BackendKind].
+/// Per prepared graph: where each node's output lives, indexed by NodeId (a graph runs on one
+/// backend, so one place per node; dead nodes keep an empty ref).
 struct ExecPlan {
-  std::vector<std::array<TensorRef, 2>> refs;
+  std::vector<TensorRef> refs;
 
-  const TensorRef& home(const Graph& g, NodeId id) const {
-    return refs[static_cast<size_t>(id)][static_cast<size_t>(g.node(id).backend)];
-  }
-  /// Source `i` of `n` as seen from n's backend (the mirror when the source lives elsewhere).
+  const TensorRef& home(const Graph& /*g*/, NodeId id) const { return refs[static_cast<size_t>(id)]; }
+  /// Source `i` of `n`.
   const TensorRef& src(const Graph& /*g*/, const Node& n, int i) const {
-    return refs[static_cast<size_t>(n.src[static_cast<size_t>(i)])][static_cast<size_t>(n.backend)];
+    return refs[static_cast<size_t>(n.src[static_cast<size_t>(i)])];
   }
   void* src_data(const Graph& g, const Node& n, int i) const { return src(g, n, i).data; }
   void* out_data(const Graph& g, NodeId id) const { return home(g, id).data; }

@@ -14,8 +14,6 @@
 namespace minfer::graph {
 namespace {
 
-size_t bk(BackendKind k) { return static_cast<size_t>(k); }
-
 void free_aligned_host(void* p) { ::operator delete(p, std::align_val_t{64}); }
 
 /// Statistics of one node's f32 output for MINFER_TRACE.
@@ -83,43 +81,28 @@ PreparedGraph::PreparedGraph(Graph graph, Backend* const backends[2], const KvRe
   assign(opt);
   if (opt.fuse) fusion_ = run_fusion_pass(graph_, backends_);
   allocate(kv);
-  make_splits();
+  const auto& nodes = graph_.nodes();
+  first_ = nodes.size();
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (!nodes[i].dead && !op_is_leaf(nodes[i].op)) {
+      first_ = i;
+      break;
+    }
+  }
 }
 
 void PreparedGraph::assign(const PrepareOptions& opt) {
-  auto& nodes = graph_.nodes();
-  const auto consumers_backend = [&](size_t leaf) {
-    // A leaf lives where its first live consumer runs (it was assigned already: consumers
-    // come later, so this is resolved in a second pass below).
-    for (size_t j = leaf + 1; j < nodes.size(); ++j) {
-      const Node& c = nodes[j];
-      if (c.dead) continue;
-      for (int s = 0; s < c.n_src; ++s)
-        if (c.src[static_cast<size_t>(s)] == static_cast<NodeId>(leaf)) return c.backend;
-    }
-    return opt.preferred;
-  };
-  for (Node& n : nodes) {
-    if (n.dead || op_is_leaf(n.op)) continue;
-    n.backend = opt.placement ? opt.placement(graph_, n) : opt.preferred;
-  }
-  // Leaves live where their first consumer runs; aliases live with their source (same buffer).
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    Node& n = nodes[i];
+  kind_ = opt.preferred;
+  backend_ = backends_[static_cast<size_t>(kind_)];
+  for (Node& n : graph_.nodes()) {
     if (n.dead) continue;
-    if (op_is_leaf(n.op)) n.backend = consumers_backend(i);
-    if (op_is_alias(n.op)) n.backend = nodes[static_cast<size_t>(n.src[0])].backend;
-  }
-  for (Node& n : nodes) {
-    if (n.dead) continue;
-    Backend* b = backends_[bk(n.backend)];
-    if (b == nullptr)
+    n.backend = kind_;
+    if (backend_ == nullptr)
       fail("node {} ({}): assigned to the {} backend, which this engine does not have", n.name,
-           op_name(n.op), backend_name(n.backend));
+           op_name(n.op), backend_name(kind_));
     if (op_is_leaf(n.op)) continue;
-    const std::string why = b->unsupported_reason(graph_, n);
-    if (!why.empty())
-      fail("node {} ({}): cannot run on {}: {}", n.name, op_name(n.op), backend_name(n.backend), why);
+    const std::string why = backend_->unsupported_reason(graph_, n);
+    if (!why.empty()) fail("node {} ({}): cannot run on {}: {}", n.name, op_name(n.op), backend_name(kind_), why);
   }
 }
 
@@ -158,22 +141,22 @@ void PreparedGraph::allocate(const KvResolver& kv) {
   // engine executes one graph at a time and reads its outputs before the next execution.
   std::vector<std::vector<size_t>> release_at(n_nodes + 1);
 
+  Backend* b = backend_;
   for (size_t i = 0; i < n_nodes; ++i) {
     const Node& n = nodes[i];
     if (n.dead) continue;
-    TensorRef& ref = plan_.refs[i][bk(n.backend)];
-    Backend* b = backends_[bk(n.backend)];
+    TensorRef& ref = plan_.refs[i];
     if (n.op == Op::Weight) {
       ref.data = const_cast<void*>(b->weight_data(*n.weight));
       ref.nbytes = n.weight->nbytes;
     } else if (n.op == Op::KvRegion) {
-      ref = kv(n.backend, n.p.layer, n.p.kv_which);
+      ref = kv(kind_, n.p.layer, n.p.kv_which);
       if (ref.data == nullptr) fail("node {}: KV region has no buffer", n.name);
       if (ref.nbytes < n.nbytes())
         fail("node {}: KV region buffer holds {} bytes, the graph needs {}", n.name, ref.nbytes, n.nbytes());
     } else if (op_is_alias(n.op) || n.op == Op::KvcacheStore) {
       const size_t src = static_cast<size_t>(n.src[n.op == Op::KvcacheStore ? 1 : 0]);
-      const TensorRef& s = plan_.refs[src][bk(nodes[src].backend)];
+      const TensorRef& s = plan_.refs[src];
       ref = s;
       ref.nbytes = n.nbytes();
       if (n.op == Op::View) {
@@ -191,74 +174,17 @@ void PreparedGraph::allocate(const KvResolver& kv) {
     }
     // Free buffers whose last reader is this node (after this node's own allocation, so an
     // op never receives one of its inputs' buffers as its output).
-    for (size_t r : release_at[i]) {
-      const TensorRef& rr = plan_.refs[r][bk(nodes[r].backend)];
-      backends_[bk(nodes[r].backend)]->release_buffer(rr.buffer);
-    }
+    for (size_t r : release_at[i]) b->release_buffer(plan_.refs[r].buffer);
   }
-  for (size_t r : release_at[n_nodes]) {
-    const TensorRef& rr = plan_.refs[r][bk(nodes[r].backend)];
-    backends_[bk(nodes[r].backend)]->release_buffer(rr.buffer);
-  }
-}
-
-void PreparedGraph::make_splits() {
-  const auto& nodes = graph_.nodes();
-  splits_.clear();
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    const Node& n = nodes[i];
-    if (n.dead || op_is_leaf(n.op)) continue;
-    if (splits_.empty() || splits_.back().backend != n.backend) {
-      if (!splits_.empty()) splits_.back().end = i;
-      splits_.push_back(Split{n.backend, i, nodes.size(), {}});
-    }
-  }
-  // Cross-backend reads: give the source a mirror on the reader's backend, copied before the
-  // reader's split. Mirrors are allocated for the life of the plan (rare: mixed graphs only).
-  for (Split& sp : splits_) {
-    for (size_t i = sp.begin; i < sp.end; ++i) {
-      const Node& n = nodes[i];
-      if (n.dead) continue;
-      for (int s = 0; s < n.n_src; ++s) {
-        const auto src = static_cast<size_t>(n.src[static_cast<size_t>(s)]);
-        const Node& sn = nodes[src];
-        if (sn.backend == n.backend || sn.op == Op::Weight) continue;
-        TensorRef& mirror = plan_.refs[src][bk(n.backend)];
-        if (mirror.data != nullptr) continue;
-        if (sn.op == Op::KvRegion) fail("node {}: reads KV region {} across backends", n.name, sn.name);
-        Backend* b = backends_[bk(n.backend)];
-        mirror.nbytes = sn.nbytes();
-        mirror.buffer = b->alloc_buffer(mirror.nbytes);
-        mirror.data = b->buffer_ptr(mirror.buffer);
-        sp.copies.push_back(CrossCopy{static_cast<NodeId>(src), sn.backend, n.backend});
-      }
-    }
-  }
-  // Weights read on a backend other than their leaf's: resolve there too.
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    const Node& n = nodes[i];
-    if (n.dead) continue;
-    for (int s = 0; s < n.n_src; ++s) {
-      const auto src = static_cast<size_t>(n.src[static_cast<size_t>(s)]);
-      if (nodes[src].op != Op::Weight) continue;
-      TensorRef& r = plan_.refs[src][bk(n.backend)];
-      if (r.data == nullptr) {
-        r.data = const_cast<void*>(backends_[bk(n.backend)]->weight_data(*nodes[src].weight));
-        r.nbytes = nodes[src].weight->nbytes;
-      }
-    }
-  }
+  for (size_t r : release_at[n_nodes]) b->release_buffer(plan_.refs[r].buffer);
 }
 
 void PreparedGraph::set_input(NodeId id, const void* data, uint64_t bytes) {
   const Node& n = graph_.node(id);
   if (n.op != Op::Input) fail("set_input: node {} is not an input", n.name);
   if (bytes != n.nbytes()) fail("set_input: node {} takes {} bytes, got {}", n.name, n.nbytes(), bytes);
-  // An input read by another backend: write both copies.
-  for (size_t k = 0; k < 2; ++k) {
-    const TensorRef& r = plan_.refs[static_cast<size_t>(id)][k];
-    if (r.data != nullptr) backends_[k]->upload(r.data, data, bytes);
-  }
+  const TensorRef& r = plan_.refs[static_cast<size_t>(id)];
+  if (r.data != nullptr) backend_->upload(r.data, data, bytes);  // null: a dead input
 }
 
 void PreparedGraph::execute(std::span<const OutputRead> reads) {
@@ -272,63 +198,43 @@ void PreparedGraph::execute(std::span<const OutputRead> reads) {
   // Op timing (graph/op_timing.h): CPU nodes timed here one by one, CUDA nodes by the backend.
   const bool timing = op_timing_enabled();
   const double t_step = timing ? trace_clock_ms() : 0.0;
-  for (size_t s = 0; s < splits_.size(); ++s) {
-    const Split& sp = splits_[s];
-    for (const CrossCopy& c : sp.copies) {
-      // Input nodes were written to every copy by set_input.
-      if (graph_.node(c.node).op == Op::Input) continue;
-      const TensorRef& from = plan_.refs[static_cast<size_t>(c.node)][bk(c.from)];
-      const TensorRef& to = plan_.refs[static_cast<size_t>(c.node)][bk(c.to)];
-      staging_.resize(from.nbytes);
-      backends_[bk(c.from)]->download(staging_.data(), from.data, from.nbytes);
-      backends_[bk(c.to)]->upload(to.data, staging_.data(), from.nbytes);
-    }
-    Backend* b = backends_[bk(sp.backend)];
-    const bool timed_here = timing && sp.backend == BackendKind::Cpu;  // CUDA nodes time themselves
-    if (trace || timed_here) {
-      // Node by node: each CPU node timed alone, each output inspected (trace) once computed.
-      for (size_t i = sp.begin; i < sp.end; ++i) {
-        const Node& n = graph_.nodes()[i];
-        if (n.dead || op_is_leaf(n.op) || op_is_alias(n.op)) continue;
-        const double t0 = timed_here ? trace_clock_ms() : 0.0;
-        b->execute(graph_, plan_, i, i + 1);
-        if (timed_here) {  // the node alone, without the statistics' readback
-          const double dur = trace_clock_ms() - t0;
-          const std::string cls = op_timing_class(graph_, n);
-          record_op_time(prefill_, cls, dur);
-          record_trace_node(prefill_, n.name, cls, t0, dur, false);
-        }
-        if (trace) trace_node(b, i, &found);
+  const size_t end = graph_.size();
+  Backend* b = backend_;
+  const bool timed_here = timing && kind_ == BackendKind::Cpu;  // CUDA nodes time themselves
+  if (first_ < end && (trace || timed_here)) {
+    // Node by node: each CPU node timed alone, each output inspected (trace) once computed.
+    for (size_t i = first_; i < end; ++i) {
+      const Node& n = graph_.nodes()[i];
+      if (n.dead || op_is_leaf(n.op) || op_is_alias(n.op)) continue;
+      const double t0 = timed_here ? trace_clock_ms() : 0.0;
+      b->execute(graph_, plan_, i, i + 1);
+      if (timed_here) {  // the node alone, without the statistics' readback
+        const double dur = trace_clock_ms() - t0;
+        const std::string cls = op_timing_class(graph_, n);
+        record_op_time(prefill_, cls, dur);
+        record_trace_node(prefill_, n.name, cls, t0, dur, false);
       }
-    } else {
-      b->execute(graph_, plan_, sp.begin, sp.end);
+      if (trace) trace_node(b, i, &found);
     }
-    if (s + 1 < splits_.size()) b->synchronize();
+  } else if (first_ < end) {
+    b->execute(graph_, plan_, first_, end);
   }
-  // The outputs are queued behind the last split, so one wait per backend covers the work and
-  // the readbacks.
-  bool wait[2] = {false, false};
-  if (!splits_.empty()) wait[bk(splits_.back().backend)] = true;
+  // The outputs are queued behind the work, so one wait covers the work and the readbacks.
+  const bool wait = first_ < end || !reads.empty();
   try {
-    for (const OutputRead& r : reads) {
-      const BackendKind k = graph_.node(r.id).backend;
-      wait[bk(k)] = true;
-      backends_[bk(k)]->download_at_sync(r.dst, plan_.home(graph_, r.id).data, r.bytes);
-    }
-    for (size_t k = 0; k < 2; ++k)
-      if (wait[k]) backends_[k]->synchronize();
+    for (const OutputRead& r : reads) b->download_at_sync(r.dst, plan_.home(graph_, r.id).data, r.bytes);
+    if (wait) b->synchronize();
     if (timing) {
       const double dur = trace_clock_ms() - t_step;
       record_step_time(prefill_, dur);
       record_trace_step(prefill_, t_step, dur);
     }
   } catch (...) {
-    // Nothing stays queued into the caller's memory past this call: every backend that may hold
-    // a queued readback waits once more (which finishes or drops it) before the error leaves.
-    for (size_t k = 0; k < 2; ++k) {
-      if (!wait[k]) continue;
+    // Nothing stays queued into the caller's memory past this call: the backend waits once more
+    // (which finishes or drops a queued readback) before the error leaves.
+    if (wait) {
       try {
-        backends_[k]->synchronize();
+        b->synchronize();
       } catch (...) {  // the first error is the one reported
       }
     }
@@ -340,7 +246,7 @@ void PreparedGraph::read_output(NodeId id, void* dst, uint64_t bytes) {
   const Node& n = graph_.node(id);
   const TensorRef& r = plan_.home(graph_, id);
   if (bytes > r.nbytes) fail("read_output: node {} holds {} bytes, asked for {}", n.name, r.nbytes, bytes);
-  backends_[bk(n.backend)]->download(dst, r.data, bytes);
+  backend_->download(dst, r.data, bytes);
 }
 
 }  // namespace minfer::graph
