@@ -425,9 +425,9 @@ TEST(ThreadPool, AnErrorInOnePieceIsRethrownAfterTheOthersRan) {
 }
 
 // A worker's piece that stalls (as a descheduled thread's does) makes the caller wait longer than
-// it worked: the next loops run every piece on the caller, the same pieces, for the back-off
-// time; with MINFER_POOL_BACKOFF_MS=0 they never do, and after the back-off the workers are used
-// again.
+// it worked. One such loop alone changes nothing; a second within ThreadPool's 20 ms gap sends the
+// next loops to the caller, every piece, the same pieces, for the back-off time; with
+// MINFER_POOL_BACKOFF_MS=0 they never go, and after the back-off the workers are used again.
 TEST(ThreadPool, AStalledWorkerSendsTheNextLoopsToTheCaller) {
   EnvOverride chunks("MINFER_POOL_CHUNKS", std::string("4"));  // 2 threads x 4: pieces of 8
   // One loop whose first piece on the caller waits until the worker holds a piece, and whose
@@ -462,6 +462,9 @@ TEST(ThreadPool, AStalledWorkerSendsTheNextLoopsToTheCaller) {
     EnvOverride backoff("MINFER_POOL_BACKOFF_MS", std::string("60000"));
     ThreadPool pool(2);
     stalled_loop(pool, std::chrono::milliseconds(50));
+    stalled_loop(pool, std::chrono::milliseconds(0));  // needs the worker: one straggle did not back off
+    EXPECT_EQ(pool.solo_loops(), 0);
+    stalled_loop(pool, std::chrono::milliseconds(50));  // the second straggle within the gap
     EXPECT_EQ(pool.solo_loops(), 0);
     EXPECT_EQ(pieces_of(pool), solo);  // the same 8 pieces, all on the caller
     EXPECT_EQ(pieces_of(pool), solo);
@@ -485,7 +488,8 @@ TEST(ThreadPool, AStalledWorkerSendsTheNextLoopsToTheCaller) {
     EnvOverride backoff("MINFER_POOL_BACKOFF_MS", std::string("1"));
     ThreadPool pool(2);
     stalled_loop(pool, std::chrono::milliseconds(50));
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past the back-off
+    stalled_loop(pool, std::chrono::milliseconds(50));  // backs off for 1 ms
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));  // past the back-off and the gap
     stalled_loop(pool, std::chrono::milliseconds(1));
     EXPECT_EQ(pool.solo_loops(), 0);
   }

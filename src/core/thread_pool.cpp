@@ -121,7 +121,10 @@ void ThreadPool::run_pieces(int64_t n_pieces, PieceFn fn) {
   spin_then_wait(pieces_done_, spin_ns_, [total](uint32_t done) { return done == total; });
   if (backoff_ns_ > 0) {
     const int64_t end = now_ns(), waited = end - own_done;
-    if (waited > kStraggleNs && waited > own_done - start) solo_until_ns_ = end + backoff_ns_;
+    if (waited > kStraggleNs && waited > own_done - start) {
+      if (start - last_straggle_end_ns_ < kStraggleGapNs) solo_until_ns_ = end + backoff_ns_;
+      last_straggle_end_ns_ = end;
+    }
   }
   if (error_) std::rethrow_exception(error_);
 }

@@ -10,10 +10,14 @@
 // thread, every op waited a whole time slice for it).
 //
 // A piece already started by a worker that is then descheduled still holds its loop for the
-// rest of that worker's time slice. When a loop's caller waits for other threads' pieces longer
-// than it worked itself (and over kStraggleNs), the cores are taken to be shared: the next loops
-// run all their pieces on the caller, waking no worker, for a back-off time (MINFER_POOL_BACKOFF_MS,
-// 100 ms by default, 0: never), then the workers are tried again. The pieces and their order of
+// rest of that worker's time slice. A loop whose caller waits for other threads' pieces longer
+// than it worked itself (and over kStraggleNs) straggled. When a loop straggles less than
+// kStraggleGapNs after the previous straggling loop ended, the cores are taken to be shared: the
+// next loops run all their pieces on the caller, waking no worker, for a back-off time
+// (MINFER_POOL_BACKOFF_MS, 100 ms by default, 0: never), then the workers are tried again. One
+// straggle alone does not back off: on an otherwise idle VM a worker is descheduled for 1-3 ms a
+// few times a second, and 100 ms on one thread costs far more than those waits (measured
+// 2026-12-08: 3-18 back-offs in a 64-token decode, and 6% less median tg). The pieces and their order of
 // boundaries are the same either way, so results do not change.
 #pragma once
 
@@ -76,6 +80,11 @@ class ThreadPool {
   /// the caller's own time in the loop): an idle machine's wake-up and cache-miss delays are
   /// tens of microseconds, a descheduled thread's wait is a time slice (milliseconds).
   static constexpr int64_t kStraggleNs = 200'000;
+  /// Two straggles this close (from the end of one straggling loop to the start of the next) mean
+  /// the cores are shared. A worker that shares its core with a busy program loses it every
+  /// scheduler slice (a few milliseconds), so its straggles come well within this; an idle
+  /// machine's occasional preemptions, a few a second, rarely do.
+  static constexpr int64_t kStraggleGapNs = 20'000'000;
   /// A borrowed callable of one piece: call(obj, piece, thread_index).
   struct PieceFn {
     void* obj = nullptr;
@@ -96,6 +105,7 @@ class ThreadPool {
   int64_t spin_ns_;  ///< how long a thread spins before it sleeps
   int64_t backoff_ns_;  ///< how long loops stay on the caller after a straggler (0: never)
   int64_t solo_until_ns_ = 0;  ///< loops run on the caller alone until this steady-clock time
+  int64_t last_straggle_end_ns_ = -kStraggleGapNs;  ///< when the last straggling loop ended
   int64_t solo_loops_ = 0;
   std::vector<std::thread> workers_;
   const std::function<void(int)>* job_ = nullptr;  // run()'s job
