@@ -1,10 +1,12 @@
 // The SIMD activation quantizers and float helpers (src/cpu/simd/) against the references, at
 // every level this CPU can run: quantize_act gives the reference quantizer's bytes and throws
 // its error message for NaN / infinite elements and out-of-range scales; half / bfloat16 row
-// conversions are bit-exact with core/fp16.h (f16 -> f32 checked on all 65536 halves); the fused
-// dot / axpy helpers stay within the tolerance kernels.h states. Also: MINFER_SIMD parsing.
+// conversions are bit-exact with core/fp16.h (f16 -> f32 checked on all 65536 halves); the
+// attention decode helpers are bit-identical to the reference F32 dot product. Also: MINFER_SIMD
+// parsing.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -19,6 +21,7 @@
 #include "cpu/simd/exp_ref.h"
 #include "cpu/simd/kernels.h"
 #include "quant/quant.h"
+#include "quant/quant_ref.h"
 
 namespace minfer {
 namespace {
@@ -159,38 +162,49 @@ TEST(CpuSimdConvert, float_to_half_and_bfloat16_match_fp16_h_bit_for_bit) {
   }
 }
 
-TEST(CpuSimdFloat, dot_and_axpy_stay_within_the_documented_tolerance) {
+// The attention decode helpers against the reference F32 dot product (quant_ref.h) of the
+// converted rows: bit-identical at every level, for head sizes on and off the vector width,
+// strided rows, and skipped cells that hold NaN halves (which must not reach the output).
+TEST(CpuSimdFloat, attention_helpers_are_bit_identical_to_the_reference_dot_product) {
   std::mt19937 g(9);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (SimdLevel lv : levels()) {
     const CpuKernels& kk = cpu::simd::cpu_kernels(lv);
-    for (int64_t n : {0, 1, 7, 8, 31, 64, 100, 128, 1000}) {
-      std::vector<float> x(static_cast<size_t>(n)), y(static_cast<size_t>(n));
-      std::vector<uint16_t> yh(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i) {
-        x[static_cast<size_t>(i)] = nd(g);
-        yh[static_cast<size_t>(i)] = fp32_to_fp16(nd(g));
-        y[static_cast<size_t>(i)] = fp16_to_fp32(yh[static_cast<size_t>(i)]);
-      }
-      double exact = 0.0, mag = 0.0;
-      for (size_t i = 0; i < x.size(); ++i) {
-        exact += static_cast<double>(x[i]) * y[i];
-        mag += std::fabs(static_cast<double>(x[i]) * y[i]);
-      }
-      const double tol = static_cast<double>(n) * cpu::simd::kDotTol * mag + 1e-30;
-      EXPECT_LE(std::fabs(kk.dot_f32(n, x.data(), y.data()) - exact), tol) << "n=" << n;
-      EXPECT_LE(std::fabs(kk.dot_f32_f16(n, x.data(), yh.data()) - exact), tol) << "n=" << n;
-      const float a = nd(g);
-      std::vector<float> z1(y), z2(y);
-      kk.axpy_f32(n, a, x.data(), z1.data());
-      kk.axpy_f16(n, a, yh.data(), z2.data());
-      for (size_t i = 0; i < x.size(); ++i) {
-        const double e1 = static_cast<double>(y[i]) + static_cast<double>(a) * x[i];
-        const double e2 = static_cast<double>(y[i]) + static_cast<double>(a) * y[i];
-        const double t1 = std::ldexp(1.0, -24) * (std::fabs(y[i]) + std::fabs(static_cast<double>(a) * x[i])) * 2;
-        const double t2 = std::ldexp(1.0, -24) * (std::fabs(y[i]) + std::fabs(static_cast<double>(a) * y[i])) * 2;
-        EXPECT_LE(std::fabs(z1[i] - e1), t1);
-        EXPECT_LE(std::fabs(z2[i] - e2), t2);
+    for (int64_t hd : {6, 8, 24, 40, 64, 128}) {
+      for (int64_t n : {0, 1, 31, 33, 100}) {
+        const int64_t stride = hd * 3 + 8;  // three heads' rows, as in a GQA cache row
+        std::vector<uint16_t> kv(static_cast<size_t>(std::max<int64_t>(n, 1) * stride));
+        for (uint16_t& h : kv) h = fp32_to_fp16(nd(g));
+        std::vector<float> q(static_cast<size_t>(hd)), p(static_cast<size_t>(n));
+        for (float& x : q) x = nd(g);
+        std::vector<uint8_t> use(static_cast<size_t>(n), 1);
+        for (int64_t i = 0; i < n; ++i) {
+          p[static_cast<size_t>(i)] = std::fabs(nd(g));
+          if (i % 7 == 3) {  // a skipped cell: weight 0, row of NaN halves
+            use[static_cast<size_t>(i)] = 0;
+            p[static_cast<size_t>(i)] = 0.0f;
+            for (int64_t d = 0; d < hd; ++d) kv[static_cast<size_t>(i * stride + hd + d)] = 0x7E00;
+          }
+        }
+        const uint16_t* head = kv.data() + hd;  // the second head of each row
+        std::vector<float> s(static_cast<size_t>(n)), o(static_cast<size_t>(hd), -1.0f);
+        kk.attn_scores_f16(hd, head, stride, n, q.data(), s.data());
+        kk.attn_pv_f16(hd, head, stride, n, p.data(), use.data(), o.data());
+        std::vector<float> row(static_cast<size_t>(hd)), vt(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) {
+          if (use[static_cast<size_t>(i)] == 0) continue;  // its score is not used; NaN is fine
+          for (int64_t d = 0; d < hd; ++d) row[static_cast<size_t>(d)] = fp16_to_fp32(head[i * stride + d]);
+          const float want = ref::vec_dot_f32(hd, row.data(), q.data());
+          ASSERT_EQ(std::bit_cast<uint32_t>(s[static_cast<size_t>(i)]), std::bit_cast<uint32_t>(want))
+              << cpu::simd::simd_level_name(lv) << " score hd=" << hd << " n=" << n << " i=" << i;
+        }
+        for (int64_t d = 0; d < hd; ++d) {
+          for (int64_t i = 0; i < n; ++i)
+            vt[static_cast<size_t>(i)] = use[static_cast<size_t>(i)] != 0 ? fp16_to_fp32(head[i * stride + d]) : 0.0f;
+          const float want = ref::vec_dot_f32(n, vt.data(), p.data());
+          ASSERT_EQ(std::bit_cast<uint32_t>(o[static_cast<size_t>(d)]), std::bit_cast<uint32_t>(want))
+              << cpu::simd::simd_level_name(lv) << " pv hd=" << hd << " n=" << n << " d=" << d;
+        }
       }
     }
   }

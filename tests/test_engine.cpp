@@ -78,6 +78,80 @@ TEST_P(TypedIdentity, OneBatchUbatchesAndTokenByTokenGiveBitwiseEqualLogits) {
   EXPECT_EQ(greedy(whole, last, 16), greedy(single, last, 16));
 }
 
+// The f16 cache (the CLI's default): decode steps and ubatches of up to 2 tokens take the CPU
+// attention's direct path (scores and weighted sums from the halves), a whole prompt the GEMM
+// path over converted rows; the two give the same bits. Token by token, ubatches of 2 and one
+// batch of 17, for a GQA shape of each architecture family.
+TEST(KvFormats, F16CacheDecodeStepsAndUbatchesGiveTheBatchBitwise) {
+  for (const std::string arch : {"qwen2", "llama"}) {
+    test::SynthSpec spec;
+    spec.arch = arch;
+    spec.type = TensorType::F32;  // f32 activations: no quantization step can hide a last-bit difference
+    spec.n_head = 8;  // head size 32, 4 query heads to a KV head
+    spec.n_head_kv = 2;
+    spec.head_dim = 32;
+    auto model = tiny(spec);
+    Engine whole(model, cpu_config(TensorType::F16));
+    Engine split(model, cpu_config(TensorType::F16, 2));
+    Engine single(model, cpu_config(TensorType::F16));
+    const auto a = whole.decode(kPrompt, /*all_logits=*/true);
+    const auto b = split.decode(kPrompt, true);
+    std::vector<float> c;
+    for (int32_t t : kPrompt) {
+      const int32_t one[1] = {t};
+      const auto l = single.decode(one);
+      c.insert(c.end(), l.begin(), l.end());
+    }
+    ASSERT_EQ(a.size(), b.size()) << arch;
+    ASSERT_EQ(a.size(), c.size()) << arch;
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << arch << ": ubatches of 2 differ from one batch";
+    EXPECT_EQ(0, std::memcmp(a.data(), c.data(), a.size() * 4)) << arch << ": token by token differs from one batch";
+  }
+}
+
+// A decode step of two sequences whose cells interleave (a server's batch) on the f16 cache: each
+// sequence's logits are bitwise those of an engine that only ever held that sequence.
+TEST(KvFormats, F16CacheTwoSequenceDecodeStepEqualsEachAlone) {
+  test::SynthSpec spec;
+  spec.type = TensorType::F32;
+  auto model = tiny(spec);
+  Engine both(model, cpu_config(TensorType::F16));
+  Engine alone0(model, cpu_config(TensorType::F16));
+  Engine alone1(model, cpu_config(TensorType::F16));
+  Batch mixed;
+  for (int32_t i = 0; i < 10; ++i)
+    for (int32_t s = 0; s < 2; ++s) {
+      mixed.tokens.push_back(kPrompt[static_cast<size_t>(i)] + s);
+      mixed.positions.push_back(i);
+      mixed.seq_ids.push_back(s);
+      mixed.logits.push_back(0);
+    }
+  both.forward(mixed);
+  std::vector<int32_t> p0, p1;
+  for (int32_t i = 0; i < 10; ++i) {
+    p0.push_back(kPrompt[static_cast<size_t>(i)]);
+    p1.push_back(kPrompt[static_cast<size_t>(i)] + 1);
+  }
+  alone0.forward(Batch::sequence(p0, 0, 0, false));
+  alone1.forward(Batch::sequence(p1, 0, 1, false));
+  for (int32_t step = 0; step < 3; ++step) {
+    Batch d;
+    for (int32_t s = 0; s < 2; ++s) {
+      d.tokens.push_back(300 + 7 * step + s);
+      d.positions.push_back(10 + step);
+      d.seq_ids.push_back(s);
+      d.logits.push_back(1);
+    }
+    const auto l = both.forward(d);
+    const int32_t t0[1] = {300 + 7 * step}, t1[1] = {301 + 7 * step};
+    const auto l0 = alone0.forward(Batch::sequence(t0, 10 + step, 0, true));
+    const auto l1 = alone1.forward(Batch::sequence(t1, 10 + step, 1, true));
+    ASSERT_EQ(l.size(), l0.size() + l1.size());
+    EXPECT_EQ(0, std::memcmp(l.data(), l0.data(), l0.size() * 4)) << "sequence 0, step " << step;
+    EXPECT_EQ(0, std::memcmp(l.data() + l0.size(), l1.data(), l1.size() * 4)) << "sequence 1, step " << step;
+  }
+}
+
 TEST(EngineViews, ForwardViewHoldsTheLogitsForwardReturns) {
   test::SynthSpec spec;
   spec.arch = "qwen2";

@@ -10,10 +10,12 @@
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "core/fp16.h"
 #include "cpu/simd/exp_ref.h"
 #include "cpu/simd/isa.h"
+#include "cpu/simd/levels.h"
 #include "quant/blocks.h"
 #include "quant/quant_ref.h"
 
@@ -228,53 +230,77 @@ inline void quantize_f32(const float* x, void* dst, int64_t k) {
   std::memcpy(dst, x, static_cast<size_t>(k) * sizeof(float));
 }
 
-// ---- attention helpers (fused multiply-adds; tolerance in kernels.h) --------------------------
+// ---- attention decode (a few query rows against an f16 KV cache) -----------------------------
 
-template <class LoadY>
-inline float dot_fma(int64_t n, const float* x, LoadY load_y, float (*scalar_y)(const void*, int64_t),
-                     const void* y) {
-  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(),
-         s3 = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), load_y(i), s0);
-    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), load_y(i + 8), s1);
-    s2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16), load_y(i + 16), s2);
-    s3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 24), load_y(i + 24), s3);
+/// Folds 32 contract lanes held in four registers (lanes 0-7, 8-15, 16-23, 24-31) by halving,
+/// step 3 of quant_ref.h's accumulation contract: lane[k] += lane[k + w] for w = 16, 8, 4, 2, 1.
+inline float fold_lanes32(__m256 l0, __m256 l1, __m256 l2, __m256 l3) {
+  l0 = _mm256_add_ps(l0, l2);  // w = 16
+  l1 = _mm256_add_ps(l1, l3);
+  l0 = _mm256_add_ps(l0, l1);  // w = 8
+  __m128 x = _mm_add_ps(_mm256_castps256_ps128(l0), _mm256_extractf128_ps(l0, 1));  // w = 4
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));                                          // w = 2
+  x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));                                      // w = 1
+  return _mm_cvtss_f32(x);
+}
+
+/// CpuKernels::attn_scores_f16 (kernels.h). F16C converts a half exactly, so each term is the
+/// reference's float(k) * q; terms of 8 elements go to the register of lanes (t / 8) % 4.
+inline void attn_scores_f16(int64_t hd, const uint16_t* k, int64_t k_stride, int64_t n, const float* q,
+                            float* s) {
+  if (hd % 8 != 0) {
+    detail::attn_scores_f16_ref(hd, k, k_stride, n, q, s);
+    return;
   }
-  for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), load_y(i), s0);
-  const __m256 s = _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3));
-  __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-  h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
-  float r = _mm_cvtss_f32(h);
-  for (; i < n; ++i) r += x[i] * scalar_y(y, i);
-  return r;
+  const int64_t full = hd / 32 * 32;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint16_t* kr = k + i * k_stride;
+    __m256 l0 = _mm256_setzero_ps(), l1 = l0, l2 = l0, l3 = l0;
+    const auto term = [&](int64_t t) {
+      return _mm256_mul_ps(_mm256_cvtph_ps(loadu128(kr + t)), _mm256_loadu_ps(q + t));
+    };
+    int64_t t = 0;
+    for (; t < full; t += 32) {
+      l0 = _mm256_add_ps(l0, term(t));
+      l1 = _mm256_add_ps(l1, term(t + 8));
+      l2 = _mm256_add_ps(l2, term(t + 16));
+      l3 = _mm256_add_ps(l3, term(t + 24));
+    }
+    if (t < hd) l0 = _mm256_add_ps(l0, term(t));
+    if (t + 8 < hd) l1 = _mm256_add_ps(l1, term(t + 8));
+    if (t + 16 < hd) l2 = _mm256_add_ps(l2, term(t + 16));
+    s[i] = fold_lanes32(l0, l1, l2, l3);
+  }
 }
 
-inline float f32_at(const void* y, int64_t i) { return static_cast<const float*>(y)[i]; }
-inline float f16_at(const void* y, int64_t i) { return _cvtsh_ss(static_cast<const uint16_t*>(y)[i]); }
-
-inline float dot_f32(int64_t n, const float* x, const float* y) {
-  return dot_fma(n, x, [y](int64_t i) { return _mm256_loadu_ps(y + i); }, f32_at, y);
-}
-inline float dot_f32_f16(int64_t n, const float* x, const uint16_t* y) {
-  return dot_fma(n, x, [y](int64_t i) { return _mm256_cvtph_ps(loadu128(y + i)); }, f16_at, y);
-}
-
-inline void axpy_f32(int64_t n, float a, const float* x, float* y) {
-  const __m256 av = _mm256_set1_ps(a);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
-  for (; i < n; ++i) y[i] = std::fma(a, x[i], y[i]);
-}
-inline void axpy_f16(int64_t n, float a, const uint16_t* x, float* y) {
-  const __m256 av = _mm256_set1_ps(a);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_cvtph_ps(loadu128(x + i)), _mm256_loadu_ps(y + i)));
-  for (; i < n; ++i) y[i] = std::fma(a, _cvtsh_ss(x[i]), y[i]);
+/// CpuKernels::attn_pv_f16 (kernels.h): 32 accumulator rows of hd floats (lane = cell % 32),
+/// each cell's row of V times its weight added to its lane's row, then the rows folded by halving.
+inline void attn_pv_f16(int64_t hd, const uint16_t* v, int64_t v_stride, int64_t n, const float* p,
+                        const uint8_t* use, float* o) {
+  if (hd % 8 != 0) {
+    detail::attn_pv_f16_ref(hd, v, v_stride, n, p, use, o);
+    return;
+  }
+  thread_local std::vector<float> acc_buf;
+  acc_buf.assign(static_cast<size_t>(32 * hd), 0.0f);
+  float* acc = acc_buf.data();
+  for (int64_t i = 0; i < n; ++i) {
+    if (use != nullptr && use[i] == 0) continue;
+    const uint16_t* vr = v + i * v_stride;
+    float* a = acc + (i % 32) * hd;
+    const __m256 pv = _mm256_set1_ps(p[i]);
+    for (int64_t d = 0; d < hd; d += 8)
+      _mm256_storeu_ps(a + d, _mm256_add_ps(_mm256_loadu_ps(a + d),
+                                            _mm256_mul_ps(_mm256_cvtph_ps(loadu128(vr + d)), pv)));
+  }
+  for (int64_t w = 16; w >= 1; w /= 2)
+    for (int64_t l = 0; l < w; ++l) {
+      float* dst = acc + l * hd;
+      const float* src = acc + (l + w) * hd;
+      for (int64_t d = 0; d < hd; d += 8)
+        _mm256_storeu_ps(dst + d, _mm256_add_ps(_mm256_loadu_ps(dst + d), _mm256_loadu_ps(src + d)));
+    }
+  std::memcpy(o, acc, static_cast<size_t>(hd) * sizeof(float));
 }
 
 /// exp_softmax (exp_ref.h) on 8 lanes: the same single-rounded operations in the same order.

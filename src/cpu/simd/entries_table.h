@@ -67,10 +67,8 @@ void fill(CpuKernels& k) {
   k.f32_to_f16 = f32_to_f16_row;
   k.bf16_to_f32 = bf16_to_f32_row;
   k.f32_to_bf16 = f32_to_bf16_row;
-  k.dot_f32 = dot_f32;
-  k.dot_f32_f16 = dot_f32_f16;
-  k.axpy_f32 = axpy_f32;
-  k.axpy_f16 = axpy_f16;
+  k.attn_scores_f16 = attn_scores_f16;
+  k.attn_pv_f16 = attn_pv_f16;
   k.exp_shift = exp_shift;
   fill_packed(k);
 }

@@ -12,9 +12,8 @@
 // - quantize_act gives the same bytes as the reference quantizer of the vec_dot_type
 //   (ref::quantize_row_q8_0 / q8_1 / q8_K / f16 / bf16; F32 is a copy), and throws the same
 //   minfer::Error for a NaN / infinite element or a scale beyond the half range.
-// - The float helpers (f16/bf16 <-> f32 rows) are bit-exact with core/fp16.h. dot_f32,
-//   dot_f32_f16 and axpy_* use fused multiply-adds in their own order; their tolerance is given
-//   at each declaration.
+// - The float helpers (f16/bf16 <-> f32 rows) are bit-exact with core/fp16.h, and the attention
+//   helpers (attn_scores_f16, attn_pv_f16) with the reference F32 dot product.
 //
 // Threading: every kernel is single-threaded and reentrant (scratch is thread-local); the caller
 // splits rows across threads (src/cpu/simd/README.md).
@@ -112,23 +111,25 @@ struct CpuKernels {
   void (*bf16_to_f32)(const uint16_t* src, float* dst, int64_t n) = nullptr;
   /// dst[i] = fp32_to_bf16(src[i]): bit-identical to core/fp16.h.
   void (*f32_to_bf16)(const float* src, uint16_t* dst, int64_t n) = nullptr;
-  /// sum_i x[i] * y[i] with fused multiply-adds into several partial sums. Tolerance (kDotTol):
-  /// |result - exact| <= n * 2^-23 * sum_i |x[i] * y[i]| (plus underflow), as any f32 sum.
-  float (*dot_f32)(int64_t n, const float* x, const float* y) = nullptr;
-  /// As dot_f32 with y a row of halves (an f16 KV cache row); same tolerance.
-  float (*dot_f32_f16)(int64_t n, const float* x, const uint16_t* y) = nullptr;
-  /// y[i] += a * x[i], one fused multiply-add per element (the scalar level rounds a * x[i]
-  /// first): |result - exact| <= 2^-24 * (|y[i]| + |a * x[i]|) per element.
-  void (*axpy_f32)(int64_t n, float a, const float* x, float* y) = nullptr;
-  /// As axpy_f32 with x a row of halves; same tolerance.
-  void (*axpy_f16)(int64_t n, float a, const uint16_t* x, float* y) = nullptr;
+  // ---- attention decode against an f16 KV cache (cpu/kernels_attn.cpp) ----------------------
+  /// s[i] = ref::vec_dot_f32(hd, K row i as f32, q) for i < n: the score of one query row (hd
+  /// floats) against n cells of K (halves; row i starts at k + i * k_stride, strides in
+  /// elements). Bit-identical to converting the rows to f32 and calling the F32 gemm_tile.
+  void (*attn_scores_f16)(int64_t hd, const uint16_t* k, int64_t k_stride, int64_t n, const float* q,
+                          float* s) = nullptr;
+  /// o[d] = ref::vec_dot_f32(n, V^T row d, p) for d < hd: the weighted sum of n cells of V
+  /// (halves, row i at v + i * v_stride) by the softmax weights p (n floats), i.e. term i =
+  /// float(v[i][d]) * p[i] in lane i % 32 (quant_ref.h). A cell with use[i] == 0 is skipped (its
+  /// row is not read; the same as a zero row, so garbage there cannot reach o); use may be null.
+  /// Bit-identical to transposing V to f32 (zero rows for the skipped cells) and calling the F32
+  /// gemm_tile. Scratch: 32 * hd floats, thread-local.
+  void (*attn_pv_f16)(int64_t hd, const uint16_t* v, int64_t v_stride, int64_t n, const float* p,
+                      const uint8_t* use, float* o) = nullptr;
   /// x[i] = exp_softmax(x[i] - shift) (cpu/simd/exp_ref.h): softmax numerators, 0 for masked
   /// (-inf) cells; relative error <= kExpTol; bit-identical at every level.
   void (*exp_shift)(int64_t n, float* x, float shift) = nullptr;
 };
 
-/// Relative bound of dot_f32 / dot_f32_f16 per element of the sum (see above): 2^-23.
-inline constexpr double kDotTol = 1.0 / (1 << 23);
 
 /// The kernels of the process's level (selected_level()), built on first use.
 const CpuKernels& cpu_kernels();

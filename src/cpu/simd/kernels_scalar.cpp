@@ -1,6 +1,7 @@
 // The scalar level: the reference kernels of src/quant (quant_ref.h) and plain loops. It is the
 // fallback on CPUs without AVX2 and the baseline the tests compare the SIMD levels against.
 #include <cstring>
+#include <vector>
 
 #include "core/fp16.h"
 #include "cpu/simd/exp_ref.h"
@@ -35,28 +36,6 @@ void bf16_to_f32(const uint16_t* src, float* dst, int64_t n) {
 void f32_to_bf16(const float* src, uint16_t* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = fp32_to_bf16(src[i]);
 }
-float dot_f32(int64_t n, const float* x, const float* y) {
-  float s[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int l = 0; l < 8; ++l) s[l] += x[i + l] * y[i + l];
-  for (; i < n; ++i) s[0] += x[i] * y[i];
-  return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
-}
-float dot_f32_f16(int64_t n, const float* x, const uint16_t* y) {
-  float s[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int l = 0; l < 8; ++l) s[l] += x[i + l] * fp16_to_fp32(y[i + l]);
-  for (; i < n; ++i) s[0] += x[i] * fp16_to_fp32(y[i]);
-  return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
-}
-void axpy_f32(int64_t n, float a, const float* x, float* y) {
-  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
-}
-void axpy_f16(int64_t n, float a, const uint16_t* x, float* y) {
-  for (int64_t i = 0; i < n; ++i) y[i] += a * fp16_to_fp32(x[i]);
-}
 void exp_shift(int64_t n, float* x, float shift) {
   for (int64_t i = 0; i < n; ++i) x[i] = exp_softmax(x[i] - shift);
 }
@@ -73,6 +52,30 @@ TypeKernels entry() {
 }
 
 }  // namespace
+
+void attn_scores_f16_ref(int64_t hd, const uint16_t* k, int64_t k_stride, int64_t n, const float* q, float* s) {
+  std::vector<float> row(static_cast<size_t>(hd));
+  for (int64_t i = 0; i < n; ++i) {
+    f16_to_f32(k + i * k_stride, row.data(), hd);
+    s[i] = ref::vec_dot_f32(hd, row.data(), q);
+  }
+}
+
+void attn_pv_f16_ref(int64_t hd, const uint16_t* v, int64_t v_stride, int64_t n, const float* p,
+                     const uint8_t* use, float* o) {
+  // out[d] = ref::vec_dot_f32 over the cells of (V^T row d, p), with the skipped cells' terms
+  // exact zeros: term i goes to lane i % 32, the lanes fold by halving (quant_ref.h).
+  std::vector<float> acc(static_cast<size_t>(32 * hd), 0.0f);
+  for (int64_t i = 0; i < n; ++i) {
+    if (use != nullptr && use[i] == 0) continue;
+    float* a = acc.data() + (i % 32) * hd;
+    for (int64_t d = 0; d < hd; ++d) a[d] += fp16_to_fp32(v[i * v_stride + d]) * p[i];
+  }
+  for (int64_t w = 16; w >= 1; w /= 2)
+    for (int64_t l = 0; l < w; ++l)
+      for (int64_t d = 0; d < hd; ++d) acc[static_cast<size_t>(l * hd + d)] += acc[static_cast<size_t>((l + w) * hd + d)];
+  std::memcpy(o, acc.data(), static_cast<size_t>(hd) * sizeof(float));
+}
 
 void fill_scalar(CpuKernels& k) {
   k.level = SimdLevel::kScalar;
@@ -94,10 +97,8 @@ void fill_scalar(CpuKernels& k) {
   k.f32_to_f16 = f32_to_f16;
   k.bf16_to_f32 = bf16_to_f32;
   k.f32_to_bf16 = f32_to_bf16;
-  k.dot_f32 = dot_f32;
-  k.dot_f32_f16 = dot_f32_f16;
-  k.axpy_f32 = axpy_f32;
-  k.axpy_f16 = axpy_f16;
+  k.attn_scores_f16 = attn_scores_f16_ref;
+  k.attn_pv_f16 = attn_pv_f16_ref;
   k.exp_shift = exp_shift;
 }
 

@@ -17,6 +17,12 @@ void fill_scalar(CpuKernels& k);
 void fill_avx2(CpuKernels& k);
 void fill_avx512(CpuKernels& k);
 
+/// The scalar (reference) attn_scores_f16 / attn_pv_f16 of CpuKernels (kernels.h); the SIMD
+/// levels call them for a head size that is not a multiple of 8.
+void attn_scores_f16_ref(int64_t hd, const uint16_t* k, int64_t k_stride, int64_t n, const float* q, float* s);
+void attn_pv_f16_ref(int64_t hd, const uint16_t* v, int64_t v_stride, int64_t n, const float* p,
+                     const uint8_t* use, float* o);
+
 /// Index of `t` in kKernelTypes, or -1.
 int kernel_type_index(TensorType t);
 
