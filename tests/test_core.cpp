@@ -426,8 +426,9 @@ TEST(ThreadPool, AnErrorInOnePieceIsRethrownAfterTheOthersRan) {
 
 // A worker's piece that stalls (as a descheduled thread's does) makes the caller wait longer than
 // it worked. One such loop alone changes nothing; a second within ThreadPool's 20 ms gap sends the
-// next loops to the caller, every piece, the same pieces, for the back-off time; with
-// MINFER_POOL_BACKOFF_MS=0 they never go, and after the back-off the workers are used again.
+// next loops to the caller, every piece, the same pieces, for the back-off time; a straggle just
+// after a back-off backs off at once for twice as long; with MINFER_POOL_BACKOFF_MS=0 they never
+// go, and after the back-off the workers are used again.
 TEST(ThreadPool, AStalledWorkerSendsTheNextLoopsToTheCaller) {
   EnvOverride chunks("MINFER_POOL_CHUNKS", std::string("4"));  // 2 threads x 4: pieces of 8
   // One loop whose first piece on the caller waits until the worker holds a piece, and whose
@@ -483,6 +484,26 @@ TEST(ThreadPool, AStalledWorkerSendsTheNextLoopsToTheCaller) {
     stalled_loop(pool, std::chrono::milliseconds(50));
     stalled_loop(pool, std::chrono::milliseconds(1));  // would fail were the loop on the caller alone
     EXPECT_EQ(pool.solo_loops(), 0);
+  }
+  {
+    // A straggle right after a back-off ended backs off at once, for twice as long: 200 ms, then
+    // 400 ms. (Sleeps leave 150 ms or more of margin on each side.)
+    EnvOverride backoff("MINFER_POOL_BACKOFF_MS", std::string("200"));
+    ThreadPool pool(2);
+    stalled_loop(pool, std::chrono::milliseconds(50));
+    stalled_loop(pool, std::chrono::milliseconds(50));  // backs off for 200 ms
+    EXPECT_EQ(pieces_of(pool), solo);
+    EXPECT_EQ(pool.solo_loops(), 1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));  // past the first back-off
+    stalled_loop(pool, std::chrono::milliseconds(50));  // on the workers; it straggles: 400 ms
+    EXPECT_EQ(pool.solo_loops(), 1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));  // past 200 ms, not past 400 ms
+    EXPECT_EQ(pieces_of(pool), solo);
+    EXPECT_EQ(pool.solo_loops(), 2);
+    std::this_thread::sleep_for(std::chrono::milliseconds(350));  // past 400 ms
+    const auto shared = pieces_of(pool);  // the workers are tried again
+    EXPECT_EQ(pool.solo_loops(), 2);
+    EXPECT_EQ(shared.size(), solo.size());
   }
   {
     EnvOverride backoff("MINFER_POOL_BACKOFF_MS", std::string("1"));

@@ -123,7 +123,7 @@ constexpr std::array kTable = {
            "1: time every graph node (CPU: a clock around each node; CUDA: events, graphs off) and print a per-op table for prefill and decode when the command ends (run/bench --profile)",
            EnvKind::Flag},
     EnvVar{"MINFER_POOL_BACKOFF_MS", "100",
-           "tuning: milliseconds a CPU pool's loops run on the calling thread alone after it waited for descheduled threads' pieces twice within 20 ms (0: never; A/B)",
+           "tuning: milliseconds a CPU pool's loops run on the calling thread alone after it waited for descheduled threads' pieces twice within 20 ms, doubled (up to 16x) when that happens again right after a back-off (0: never; A/B)",
            EnvKind::Int, nullptr, 0, 60000},
     EnvVar{"MINFER_POOL_CHUNKS", "4",
            "tuning: pieces per CPU thread that a parallel loop is cut into, claimed by whichever thread is free (1: one range per thread; A/B)",

@@ -54,7 +54,8 @@ ThreadPool::ThreadPool(int n_threads)
     : n_threads_(n_threads),
       chunks_per_thread_(static_cast<int>(env_int("MINFER_POOL_CHUNKS", 4))),
       spin_ns_(env_int("MINFER_POOL_SPIN_US", 50) * 1000),
-      backoff_ns_(env_int("MINFER_POOL_BACKOFF_MS", 100) * 1'000'000) {
+      backoff_ns_(env_int("MINFER_POOL_BACKOFF_MS", 100) * 1'000'000),
+      backoff_cur_ns_(backoff_ns_) {
   MINFER_CHECK(n_threads >= 1 && n_threads <= 1024, "thread count {} is out of range (1..1024)", n_threads);
   workers_.reserve(static_cast<size_t>(n_threads - 1));
   for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
@@ -100,11 +101,16 @@ void ThreadPool::run(const std::function<void(int)>& job) {
 void ThreadPool::run_pieces(int64_t n_pieces, PieceFn fn) {
   MINFER_CHECK(n_pieces >= 1 && n_pieces <= kMaxPieces, "parallel loop of {} pieces (1..{})", n_pieces, kMaxPieces);
   if (solo_until_ns_ != 0) {
-    if (now_ns() < solo_until_ns_) {
+    const int64_t now = now_ns();
+    if (now < solo_until_ns_) {
       run_pieces_solo(n_pieces, fn);
       return;
     }
+    // The back-off is over. The cores were shared when it began, so the first straggle right
+    // after it counts as the second one (see the header).
     solo_until_ns_ = 0;
+    solo_end_ns_ = now;
+    last_straggle_end_ns_ = now;
   }
   pieces_ = fn;
   error_ = nullptr;
@@ -122,7 +128,13 @@ void ThreadPool::run_pieces(int64_t n_pieces, PieceFn fn) {
   if (backoff_ns_ > 0) {
     const int64_t end = now_ns(), waited = end - own_done;
     if (waited > kStraggleNs && waited > own_done - start) {
-      if (start - last_straggle_end_ns_ < kStraggleGapNs) solo_until_ns_ = end + backoff_ns_;
+      if (start - last_straggle_end_ns_ < kStraggleGapNs) {
+        // Backing off again right after a back-off ended: twice as long as the last one (up to
+        // kMaxBackoffFactor times the base); else the base time.
+        backoff_cur_ns_ = start - solo_end_ns_ < kRepeatNs ? std::min(backoff_cur_ns_ * 2, backoff_ns_ * kMaxBackoffFactor)
+                                                           : backoff_ns_;
+        solo_until_ns_ = end + backoff_cur_ns_;
+      }
       last_straggle_end_ns_ = end;
     }
   }

@@ -14,7 +14,10 @@
 // than it worked itself (and over kStraggleNs) straggled. When a loop straggles less than
 // kStraggleGapNs after the previous straggling loop ended, the cores are taken to be shared: the
 // next loops run all their pieces on the caller, waking no worker, for a back-off time
-// (MINFER_POOL_BACKOFF_MS, 100 ms by default, 0: never), then the workers are tried again. One
+// (MINFER_POOL_BACKOFF_MS, 100 ms by default, 0: never), then the workers are tried again; a
+// straggle just after that backs off at once, for twice as long as the last time (up to 16x:
+// under a busy competitor the workers are tried at 0.1, 0.3, 0.7 ... s instead of every
+// 0.1 s, and each try costs a straggle). One
 // straggle alone does not back off: on an otherwise idle VM a worker is descheduled for 1-3 ms a
 // few times a second, and 100 ms on one thread costs far more than those waits (measured
 // 2026-12-08: 3-18 back-offs in a 64-token decode, and 6% less median tg). The pieces and their order of
@@ -85,6 +88,10 @@ class ThreadPool {
   /// scheduler slice (a few milliseconds), so its straggles come well within this; an idle
   /// machine's occasional preemptions, a few a second, rarely do.
   static constexpr int64_t kStraggleGapNs = 20'000'000;
+  /// A back-off that starts this soon after the previous one ended (the first straggle once the
+  /// workers are back) lasts twice as long as that one, up to kMaxBackoffFactor times the base.
+  static constexpr int64_t kRepeatNs = 50'000'000;
+  static constexpr int64_t kMaxBackoffFactor = 16;
   /// A borrowed callable of one piece: call(obj, piece, thread_index).
   struct PieceFn {
     void* obj = nullptr;
@@ -105,7 +112,9 @@ class ThreadPool {
   int64_t spin_ns_;  ///< how long a thread spins before it sleeps
   int64_t backoff_ns_;  ///< how long loops stay on the caller after a straggler (0: never)
   int64_t solo_until_ns_ = 0;  ///< loops run on the caller alone until this steady-clock time
+  int64_t backoff_cur_ns_;  ///< the length of the last back-off
   int64_t last_straggle_end_ns_ = -kStraggleGapNs;  ///< when the last straggling loop ended
+  int64_t solo_end_ns_ = -kRepeatNs;  ///< when the last back-off ended
   int64_t solo_loops_ = 0;
   std::vector<std::thread> workers_;
   const std::function<void(int)>* job_ = nullptr;  // run()'s job
