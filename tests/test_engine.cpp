@@ -46,6 +46,43 @@ std::vector<int32_t> greedy(Engine& e, std::vector<float> logits, int n) {
 
 const std::vector<int32_t> kPrompt = {11, 200, 37, 5, 480, 99, 123, 7, 310, 42, 1, 77, 256, 8, 9, 300, 17};
 
+// Sequences 0 and 1 prefilled in one batch, their tokens interleaved (so are their cells): 10
+// positions each, token kPrompt[i] + s for sequence s, no logits.
+Batch two_interleaved_prompts() {
+  Batch mixed;
+  for (int32_t i = 0; i < 10; ++i) {
+    for (int32_t s = 0; s < 2; ++s) {
+      mixed.tokens.push_back(kPrompt[static_cast<size_t>(i)] + s);
+      mixed.positions.push_back(i);
+      mixed.seq_ids.push_back(s);
+      mixed.logits.push_back(0);
+    }
+  }
+  return mixed;
+}
+
+// The logits of every row of kPrompt from `whole` (one batch), after expecting `split` (its
+// ubatches, named by `what`) and `single` (token by token) to give the same bits.
+std::vector<float> split_invariant_logits(Engine& whole, Engine& split, Engine& single, const std::string& what) {
+  const auto a = whole.decode(kPrompt, /*all_logits=*/true);
+  const auto b = split.decode(kPrompt, true);
+  std::vector<float> c;
+  for (int32_t t : kPrompt) {
+    const int32_t one[1] = {t};
+    const auto l = single.decode(one);
+    c.insert(c.end(), l.begin(), l.end());
+  }
+  EXPECT_EQ(a.size(), b.size()) << what;
+  EXPECT_EQ(a.size(), c.size()) << what;
+  if (a.size() == b.size()) {
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << what << " differ from one batch";
+  }
+  if (a.size() == c.size()) {
+    EXPECT_EQ(0, std::memcmp(a.data(), c.data(), a.size() * 4)) << what << ": token by token differs from one batch";
+  }
+  return a;
+}
+
 class TypedIdentity : public ::testing::TestWithParam<std::pair<std::string, TensorType>> {};
 
 TEST_P(TypedIdentity, OneBatchUbatchesAndTokenByTokenGiveBitwiseEqualLogits) {
@@ -56,18 +93,7 @@ TEST_P(TypedIdentity, OneBatchUbatchesAndTokenByTokenGiveBitwiseEqualLogits) {
   Engine whole(model, cpu_config());
   Engine split(model, cpu_config(TensorType::F32, 5));
   Engine single(model, cpu_config());
-  const auto a = whole.decode(kPrompt, /*all_logits=*/true);
-  const auto b = split.decode(kPrompt, true);
-  std::vector<float> c;
-  for (int32_t t : kPrompt) {
-    const int32_t one[1] = {t};
-    const auto l = single.decode(one);
-    c.insert(c.end(), l.begin(), l.end());
-  }
-  ASSERT_EQ(a.size(), b.size());
-  ASSERT_EQ(a.size(), c.size());
-  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "ubatch of 5 differs from one batch";
-  EXPECT_EQ(0, std::memcmp(a.data(), c.data(), a.size() * 4)) << "token by token differs from one batch";
+  const auto a = split_invariant_logits(whole, split, single, "ubatches of 5");
   // Logits are not flat (the model is usable for these gates).
   float mn = a[0], mx = a[0];
   for (size_t i = 0; i < static_cast<size_t>(whole.n_vocab()); ++i) mn = std::min(mn, a[i]), mx = std::max(mx, a[i]);
@@ -94,18 +120,7 @@ TEST(KvFormats, F16CacheDecodeStepsAndUbatchesGiveTheBatchBitwise) {
     Engine whole(model, cpu_config(TensorType::F16));
     Engine split(model, cpu_config(TensorType::F16, 2));
     Engine single(model, cpu_config(TensorType::F16));
-    const auto a = whole.decode(kPrompt, /*all_logits=*/true);
-    const auto b = split.decode(kPrompt, true);
-    std::vector<float> c;
-    for (int32_t t : kPrompt) {
-      const int32_t one[1] = {t};
-      const auto l = single.decode(one);
-      c.insert(c.end(), l.begin(), l.end());
-    }
-    ASSERT_EQ(a.size(), b.size()) << arch;
-    ASSERT_EQ(a.size(), c.size()) << arch;
-    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << arch << ": ubatches of 2 differ from one batch";
-    EXPECT_EQ(0, std::memcmp(a.data(), c.data(), a.size() * 4)) << arch << ": token by token differs from one batch";
+    split_invariant_logits(whole, split, single, arch + ", ubatches of 2");
   }
 }
 
@@ -118,15 +133,7 @@ TEST(KvFormats, F16CacheTwoSequenceDecodeStepEqualsEachAlone) {
   Engine both(model, cpu_config(TensorType::F16));
   Engine alone0(model, cpu_config(TensorType::F16));
   Engine alone1(model, cpu_config(TensorType::F16));
-  Batch mixed;
-  for (int32_t i = 0; i < 10; ++i)
-    for (int32_t s = 0; s < 2; ++s) {
-      mixed.tokens.push_back(kPrompt[static_cast<size_t>(i)] + s);
-      mixed.positions.push_back(i);
-      mixed.seq_ids.push_back(s);
-      mixed.logits.push_back(0);
-    }
-  both.forward(mixed);
+  both.forward(two_interleaved_prompts());
   std::vector<int32_t> p0, p1;
   for (int32_t i = 0; i < 10; ++i) {
     p0.push_back(kPrompt[static_cast<size_t>(i)]);
@@ -263,16 +270,7 @@ TEST(KvCompaction, RemovingASequenceAndCompactingKeepsTheOtherBitwise) {
   // Engine A holds two interleaved sequences; engine B only ever sees sequence 1.
   Engine a(model, cpu_config());
   Engine b(model, cpu_config());
-  Batch mixed;
-  for (int32_t i = 0; i < 10; ++i) {
-    for (int32_t s = 0; s < 2; ++s) {
-      mixed.tokens.push_back(kPrompt[static_cast<size_t>(i)] + s);
-      mixed.positions.push_back(i);
-      mixed.seq_ids.push_back(s);
-      mixed.logits.push_back(0);
-    }
-  }
-  a.forward(mixed);
+  a.forward(two_interleaved_prompts());
   std::vector<int32_t> seq1;
   for (int32_t i = 0; i < 10; ++i) seq1.push_back(kPrompt[static_cast<size_t>(i)] + 1);
   b.forward(Batch::sequence(seq1, 0, 1, false));
