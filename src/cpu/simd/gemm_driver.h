@@ -205,15 +205,17 @@ constexpr size_t act_unit_bytes() {
 }
 
 /// One R x (V * W) tile over all units: res[r][v][i] = dot of panel row r and token v * W + i.
+/// Lane L of the contract (quant_ref.h) sums units L, L + 32, ... from zero; lanes L and L + 16
+/// are summed one after the other and added in registers (the fold's first step, w = 16), so
+/// only 16 lanes go through memory for the steps w = 8 .. 1. Same adds in the same order.
 template <class G, int R, int V>
 void gemm_micro(const typename G::Panel* panel, const uint8_t* const* chunks, int64_t nunits,
                 float* res) {
   constexpr size_t kUB = act_unit_bytes<G::kAct>();
   constexpr int kVec = R * V * kW;  // floats per lane
-  alignas(64) float lanes[32 * kVec];
+  alignas(64) float lanes[16 * kVec];
   const int nl = static_cast<int>(std::min<int64_t>(32, nunits));
-  for (int L = 0; L < nl; ++L) {
-    F facc[R][V];
+  const auto lane_sum = [&](int L, F (&facc)[R][V]) {
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
@@ -224,12 +226,25 @@ void gemm_micro(const typename G::Panel* panel, const uint8_t* const* chunks, in
       for (int v = 0; v < V; ++v) a[v] = chunks[v] + static_cast<size_t>(b) * kUB;
       G::template term<R, V>(panel + b * R, a, facc);
     }
+  };
+  const int nlow = std::min(nl, 16);
+  for (int L = 0; L < nlow; ++L) {
+    F lo[R][V];
+    lane_sum(L, lo);
+    if (L + 16 < nl) {
+      F hi[R][V];
+      lane_sum(L + 16, hi);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+        for (int v = 0; v < V; ++v) lo[r][v] = TV::add(lo[r][v], hi[r][v]);
+    }
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-      for (int v = 0; v < V; ++v) TV::store(lanes + L * kVec + (r * V + v) * kW, facc[r][v]);
+      for (int v = 0; v < V; ++v) TV::store(lanes + L * kVec + (r * V + v) * kW, lo[r][v]);
   }
-  for (int w = 16; w >= 1; w /= 2)
+  for (int w = 8; w >= 1; w /= 2)
     for (int k = 0; k < w && k + w < nl; ++k)
       for (int e = 0; e < kVec; e += kW)
         TV::store(lanes + k * kVec + e,
